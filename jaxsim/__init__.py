@@ -1,0 +1,39 @@
+"""jaxsim: MuJoCo's physics as a functional, differentiable, vectorised simulator in JAX."""
+
+from jaxsim.mjcf.compile import load, load_string
+from jaxsim.mjcf.errors import MJCFError
+from jaxsim.state import make_state
+from jaxsim.types import (
+    BiasType,
+    Cone,
+    Contact,
+    DisableBit,
+    DynType,
+    EnableBit,
+    GainType,
+    GeomType,
+    Integrator,
+    JointType,
+    Model,
+    ObjType,
+    Option,
+    SensorType,
+    Solver,
+    State,
+    TrnType,
+)
+
+
+def set_const(model):
+    """Recomputes the constants derived from masses, inertias and geometry (mj_setConst)."""
+    from jaxsim.constants import set_const as _set_const
+
+    return _set_const(model)
+
+
+__all__ = [
+    "BiasType", "Cone", "Contact", "DisableBit", "DynType", "EnableBit", "GainType", "GeomType",
+    "Integrator", "JointType", "MJCFError", "Model", "ObjType", "Option", "SensorType", "Solver",
+    "State", "TrnType", "load", "load_string", "make_state", "set_const",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,319 @@
+"""Model constants derived from masses, inertias and geometry at qpos0. MuJoCo: mj_setConst.
+
+`set_const(m) -> m` is traceable (jit, vmap, grad pass through it), so randomising or
+differentiating a mass or a length can refresh the derived quantities that the dynamics
+read (`dof_invweight0` scales constraint regularisation, `actuator_acc0` and `dof_M0`
+enter the compiler's defaults, ...). It also runs eagerly; the MJCF compiler calls it once
+in float64 on the host.
+
+Not recomputed here: flex quantities, sleep policies, sameframe flags, tree ids and the
+other integer structure (static, the compiler's job), and actuator_lengthrange (mj_setLengthRange).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsim import math, smooth
+from jaxsim.types import (
+    Contact,
+    EqType,
+    GainType,
+    GeomType,
+    JointType,
+    ObjType,
+    State,
+    Model,
+)
+
+
+def _size(shape: str, sizes: dict) -> tuple[int, ...]:
+    shape = shape.strip("()").strip()
+    if not shape:
+        return ()
+    return tuple(int(eval(s, {}, sizes)) for s in shape.split(",") if s.strip())  # noqa: S307
+
+
+def blank_state(m: Model, qpos: jax.Array | None = None) -> State:
+    """A State of zeros with the model's shapes: qpos0 (or `qpos`), mocap at body poses."""
+    dt = m.body_pos.dtype
+    sizes = dict(m.sizes(), ncon=0)
+    fields = {}
+    for name, info in State.field_info().items():
+        if name == "contact":
+            fields[name] = Contact.zeros(0, dt)
+            continue
+        shp = _size(info["shape"], sizes)
+        kind = jnp.int32 if name in ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon") else dt
+        if name == "overflow":
+            kind = bool
+        fields[name] = jnp.zeros(shp, kind)
+    fields["qpos"] = m.qpos0 if qpos is None else qpos
+    mocap = np.asarray(m.body_mocapid)
+    if m.nmocap:
+        bodies = np.argsort(np.where(mocap >= 0, mocap, np.iinfo(np.int64).max))[: m.nmocap]
+        fields["mocap_pos"] = m.body_pos[bodies]
+        fields["mocap_quat"] = m.body_quat[bodies]
+    fields["eq_active"] = jnp.asarray(m.eq_active0, dt)
+    return State(**fields)
+
+
+def _position(m: Model, d: State) -> State:
+    d = smooth.kinematics(m, d)
+    d = smooth.com_pos(m, d)
+    return d
+
+
+def set_const(m: Model) -> Model:
+    """Recomputes the derived constants of `m` (mj_setConst, without lengthrange).
+
+    Fills body_subtreemass, dof_M0, body_invweight0, dof_invweight0, tendon_length0,
+    tendon_invweight0, actuator_length0, actuator_acc0, eq_data of connect/weld constraints,
+    cam/light pos0/poscom0/mat0/dir0, dampratio-based actuator damping (biasprm[2] > 0 on a
+    position-like actuator), stat_* (center, extent, meansize, meanmass, meaninertia),
+    dof_length, and tendon_lengthspring where it is (-1, -1).
+
+    The compiler must apply user `<statistic>` overrides after this call, as MuJoCo does.
+    """
+    dt = m.body_pos.dtype
+    nv, nbody = m.nv, m.nbody
+    parent = np.asarray(m.body_parentid)
+    from jaxsim import scan
+
+    # ----- fixed quantities
+    subtreemass = scan.subtree_sum(parent, m.body_mass)
+    m = m.replace(body_subtreemass=subtreemass)
+
+    # ----- at qpos0
+    d = _position(m, blank_state(m))
+    d = smooth.tendon(m, d)
+    d = smooth.crb(m, d)
+    dof_M0 = jnp.diagonal(d.qM) if nv else jnp.zeros(0, dt)
+    d = smooth.tendon_armature_m(m, d)
+    d = smooth.factor_m(m, d)
+    d = smooth.transmission(m, d)
+
+    if nv:
+        minv = smooth.solve_m(m, d, jnp.eye(nv, dtype=dt))
+    else:
+        minv = jnp.zeros((0, 0), dt)
+
+    # body_invweight0: mean diagonal of J M^-1 J' for the body com, per translation/rotation
+    weld = np.asarray(m.body_weldid)
+    dofnum = np.asarray(m.body_dofnum)
+    simple = np.asarray(m.body_simple)
+    bodies = np.arange(nbody)
+    invw = jnp.zeros((nbody, 2), dt)
+    if nv:
+        jp, jr = smooth.jac(m, d, d.xipos, bodies)
+        A_t = jnp.einsum("biv,vw,biw->b", jp, minv, jp) / 3
+        A_r = jnp.einsum("biv,vw,biw->b", jr, minv, jr) / 3
+        invw = jnp.stack([A_t, A_r], -1)
+    inv_mass = 1.0 / jnp.maximum(math.MINVAL, m.body_mass)
+    invw = jnp.where(jnp.asarray(simple == 2)[:, None], jnp.stack([inv_mass, 0 * inv_mass], -1), invw)
+    invw = jnp.where(jnp.asarray(dofnum[weld] == 0)[:, None], 0.0, invw)
+    invw = invw.at[0].set(0.0)
+
+    # dof_invweight0: per joint, mean diagonal of M^-1 over its translations / rotations
+    dof_invw = jnp.zeros(nv, dt)
+    if nv:
+        dg = jnp.diagonal(minv)
+        jtype = np.asarray(m.jnt_type)
+        dofadr = np.asarray(m.jnt_dofadr)
+        jb = np.asarray(m.jnt_bodyid)
+        for t, groups in (
+            (JointType.FREE, ((0, 3), (3, 6))),
+            (JointType.BALL, ((0, 3),)),
+            (JointType.HINGE, ((0, 1),)),
+            (JointType.SLIDE, ((0, 1),)),
+        ):
+            ids = np.nonzero(jtype == t)[0]
+            if not len(ids):
+                continue
+            for lo, hi in groups:
+                cols = dofadr[ids][:, None] + np.arange(lo, hi)
+                val = jnp.mean(dg[cols], axis=1, keepdims=True)
+                val = jnp.broadcast_to(val, cols.shape)
+                dof_invw = dof_invw.at[cols].set(val)
+        s2 = np.nonzero(simple[jb] == 2)[0]
+        if len(s2):
+            # MuJoCo sets only the first dof of such joints (all are slides on axes)
+            dof_invw = dof_invw.at[dofadr[s2]].set(inv_mass[jb[s2]])
+
+    # tendons and actuators
+    ten_invw = jnp.zeros(m.ntendon, dt)
+    acc0 = jnp.zeros(m.nu, dt)
+    if nv and m.ntendon:
+        ten_invw = jnp.einsum("tv,vw,tw->t", d.ten_J, minv, d.ten_J)
+    if nv and m.nu:
+        acc0 = math.norm(d.actuator_moment @ minv)
+
+    m = m.replace(
+        dof_M0=dof_M0,
+        body_invweight0=invw,
+        dof_invweight0=dof_invw,
+        tendon_length0=d.ten_length if m.ntendon else m.tendon_length0,
+        tendon_invweight0=ten_invw,
+        actuator_length0=d.actuator_length if m.nu else m.actuator_length0,
+        actuator_acc0=acc0,
+    )
+    m = _eq_data(m, d)
+    m = _camlight0(m, d)
+    m = _dampratio(m, d)
+    m = _stat(m, d)
+    m = _spring(m)
+    return m
+
+
+def _eq_data(m: Model, d: State) -> Model:
+    """Fills the body-frame anchors of connect and weld constraints at qpos0."""
+    if not m.neq:
+        return m
+    eq_type = np.asarray(m.eq_type)
+    objtype = np.asarray(m.eq_objtype)
+    id1, id2 = np.asarray(m.eq_obj1id), np.asarray(m.eq_obj2id)
+    data = m.eq_data
+    c = np.nonzero((eq_type == EqType.CONNECT) & (objtype == ObjType.BODY))[0]
+    if len(c):
+        a, b = id1[c], id2[c]
+        pos = d.xpos[a] + jnp.einsum("kij,kj->ki", d.xmat[a], data[c, 0:3])
+        loc = jnp.einsum("kji,kj->ki", d.xmat[b], pos - d.xpos[b])
+        data = data.at[c, 3:6].set(loc)
+    c = np.nonzero((eq_type == EqType.CONNECT) & (objtype == ObjType.SITE))[0]
+    if len(c):
+        data = data.at[c].set(0.0)
+    w = np.nonzero((eq_type == EqType.WELD) & (objtype == ObjType.BODY))[0]
+    if len(w):
+        a, b = id1[w], id2[w]
+        q = data[w, 6:10]
+        user = jnp.any(q != 0, axis=-1, keepdims=True)
+        pos = d.xpos[b] + jnp.einsum("kij,kj->ki", d.xmat[b], data[w, 0:3])
+        loc = jnp.einsum("kji,kj->ki", d.xmat[a], pos - d.xpos[a])
+        rel = math.quat_mul(math.quat_neg(d.xquat[a]), d.xquat[b])
+        new = jnp.concatenate([data[w, 0:3], loc, rel], -1)
+        old = jnp.concatenate([data[w, 0:6], math.normalize_quat(q)], -1)
+        data = data.at[w, 0:10].set(jnp.where(user, old, new))
+    return m.replace(eq_data=data)
+
+
+def _camlight0(m: Model, d: State) -> Model:
+    """Camera and light offsets at qpos0 used by the tracking modes."""
+    if m.ncam:
+        body = np.asarray(m.cam_bodyid)
+        tgt = np.asarray(m.cam_targetbodyid)
+        ref = np.where(tgt >= 0, tgt, body)
+        m = m.replace(
+            cam_pos0=d.cam_xpos - d.xpos[body],
+            cam_poscom0=d.cam_xpos - d.subtree_com[ref],
+            cam_mat0=d.cam_xmat.reshape(-1, 9),
+        )
+    if m.nlight:
+        body = np.asarray(m.light_bodyid)
+        tgt = np.asarray(m.light_targetbodyid)
+        ref = np.where(tgt >= 0, tgt, body)
+        xpos = d.xpos[body] + jnp.einsum("kij,kj->ki", d.xmat[body], m.light_pos)
+        xdir = math.normalize(math.rot_vec_quat(m.light_dir, d.xquat[body]))
+        m = m.replace(
+            light_pos0=xpos - d.xpos[body],
+            light_poscom0=xpos - d.subtree_com[ref],
+            light_dir0=xdir,
+        )
+    return m
+
+
+def _dampratio(m: Model, d: State) -> Model:
+    """Turns biasprm[2] > 0 of position-like actuators (a dampratio) into -damping."""
+    if not m.nu or not m.nv:
+        return m
+    gain, bias = m.actuator_gainprm, m.actuator_biasprm
+    is_pid = jnp.asarray(np.asarray(m.actuator_gaintype) == GainType.PID)
+    poslike = is_pid | (gain[:, 0] == -bias[:, 1])
+    apply = poslike & (bias[:, 2] > 0)
+    trn2 = jnp.abs(d.actuator_moment) ** 2
+    big = trn2 > math.MINVAL
+    dof_M0 = m.dof_M0
+    mass = jnp.sum(jnp.where(big, dof_M0[None, :] / jnp.where(big, trn2, 1.0), 0.0), axis=1)
+    kp = jnp.where(is_pid, -bias[:, 1], gain[:, 0])
+    damping = bias[:, 2] * 2 * math.safe_sqrt(kp * mass)
+    return m.replace(actuator_biasprm=bias.at[:, 2].set(jnp.where(apply, -damping, bias[:, 2])))
+
+
+def _stat(m: Model, d: State) -> Model:
+    """Model statistics and dof_length (setStat)."""
+    dt = m.body_pos.dtype
+    pts = [d.xpos[1:], d.xipos[1:], d.xanchor, d.site_xpos]
+    rad = [jnp.zeros(len(p), dt) for p in pts]
+    if m.ngeom:
+        gtype = np.asarray(m.geom_type)
+        size = m.geom_size
+        plane = jnp.where(
+            (size[:, 0] != 0) | (size[:, 1] != 0),
+            jnp.maximum(size[:, 0], size[:, 1]) * 0.1, 0.01,
+        )
+        rb = jnp.where(jnp.asarray(gtype == GeomType.PLANE), plane, 0.0)
+        if m.nhfield:
+            hid = np.clip(np.asarray(m.geom_dataid), 0, None)
+            hmax = jnp.max(m.hfield_size, axis=1)[hid] * 0.1
+            rb = jnp.where(jnp.asarray(gtype == GeomType.HFIELD), hmax, rb)
+        rb = jnp.where(m.geom_rbound > 0, m.geom_rbound, rb)
+        pts.append(d.geom_xpos)
+        rad.append(rb)
+    pts = jnp.concatenate(pts, 0)
+    rad = jnp.concatenate(rad, 0)
+    big = jnp.asarray(1e10, dt)
+    xmin = jnp.minimum(jnp.min(pts - rad[:, None], axis=0, initial=big), big)
+    xmax = jnp.maximum(jnp.max(pts + rad[:, None], axis=0, initial=-big), -big)
+    center = 0.5 * (xmin + xmax)
+    extent = jnp.where(
+        xmax[0] > xmin[0], jnp.maximum(1e-5, jnp.max(xmax - xmin)), m.stat_extent
+    )
+
+    # body size: largest com-joint distance (own and child joints), then geom extents
+    body = jnp.zeros(m.nbody, dt)
+    if m.njnt:
+        jb = np.asarray(m.jnt_bodyid)
+        pb = np.asarray(m.body_parentid)[jb]
+        body = body.at[jb].max(math.norm(d.xipos[jb] - d.xanchor))
+        body = body.at[pb].max(math.norm(d.xipos[pb] - d.xanchor))
+    body = body.at[0].set(0.0)
+    if m.ngeom:
+        gb = np.asarray(m.geom_bodyid)
+        val = m.geom_rbound + math.norm(d.xipos[gb] - d.geom_xpos)
+        val = jnp.where((m.geom_rbound > 0) & jnp.asarray(gb > 0), val, 0.0)
+        body = body.at[gb].max(val)
+    meansize, meanmass = m.stat_meansize, m.stat_meanmass
+    if m.nbody > 1:
+        body = body.at[1:].set(jnp.maximum(body[1:], 1e-5))
+        meansize = jnp.sum(body[1:] / (m.nbody - 1))
+        meanmass = jnp.sum(m.body_mass[1:]) / (m.nbody - 1)
+    extent = jnp.maximum(extent, 2 * meansize)
+
+    dof_length = jnp.ones(m.nv, dt)
+    if m.nv:
+        jid = np.asarray(m.dof_jntid)
+        jtype = np.asarray(m.jnt_type)[jid]
+        off = np.arange(m.nv) - np.asarray(m.jnt_dofadr)[jid]
+        rot = (jtype == JointType.BALL) | (jtype == JointType.HINGE)
+        rot |= (jtype == JointType.FREE) & (off >= 3)
+        dof_length = jnp.where(jnp.asarray(rot), body[np.asarray(m.dof_bodyid)], 1.0)
+    meaninertia = jnp.mean(jnp.diagonal(d.qM)) if m.nv else m.stat_meaninertia
+
+    return m.replace(
+        stat_center=center, stat_extent=extent, stat_meansize=meansize,
+        stat_meanmass=meanmass, stat_meaninertia=meaninertia, dof_length=dof_length,
+    )
+
+
+def _spring(m: Model) -> Model:
+    """Tendon spring lengths marked (-1, -1) become the length at qpos_spring (setSpring)."""
+    if not m.ntendon:
+        return m
+    d = _position(m, blank_state(m, m.qpos_spring))
+    d = smooth.tendon(m, d)
+    unset = jnp.all(m.tendon_lengthspring == -1, axis=-1, keepdims=True)
+    ls = jnp.where(unset, d.ten_length[:, None], m.tendon_lengthspring)
+    return m.replace(tendon_lengthspring=ls)

@@ -1,0 +1,55 @@
+"""Creating states: `make_state` (mj_makeData + mj_resetData / mj_resetDataKeyframe)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsim.types import Contact, Model, State
+
+
+def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
+    spec = spec.strip("()").strip()
+    if not spec or spec == "-":
+        return ()
+    return tuple(int(eval(s, {}, sizes)) for s in spec.split(",") if s.strip())  # noqa: S307
+
+
+_INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning")
+
+
+def make_state(model: Model, keyframe: int | None = None, ncon: int = 0) -> State:
+    """A fresh state: qpos0 (or the keyframe), zero velocity, mocap bodies at their poses.
+
+    Args:
+      model: the compiled model.
+      keyframe: index of a <keyframe> key to start from (MuJoCo: mj_resetDataKeyframe).
+      ncon: size of the contact buffer (fixed by the collision pass; 0 without contacts).
+    """
+    dt = model.body_pos.dtype
+    sizes = dict(model.sizes(), ncon=ncon)
+    fields = {}
+    for name, info in State.field_info().items():
+        if name == "contact":
+            fields[name] = Contact.zeros(ncon, dt)
+            continue
+        kind = jnp.int32 if name in _INT_FIELDS else dt
+        if name == "overflow":
+            kind = bool
+        fields[name] = jnp.zeros(_shape(info["shape"], sizes), kind)
+    fields["qpos"] = jnp.asarray(model.qpos0, dt)
+    if model.nmocap:
+        mocap = np.asarray(model.body_mocapid)
+        bodies = np.array([int(np.nonzero(mocap == k)[0][0]) for k in range(model.nmocap)])
+        fields["mocap_pos"] = jnp.asarray(model.body_pos, dt)[bodies]
+        fields["mocap_quat"] = jnp.asarray(model.body_quat, dt)[bodies]
+    fields["eq_active"] = jnp.asarray(np.asarray(model.eq_active0), dt)
+    if keyframe is not None:
+        if not 0 <= keyframe < model.nkey:
+            raise IndexError(f"keyframe {keyframe} out of range (model has {model.nkey})")
+        k = keyframe
+        fields.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],
+                      act=model.key_act[k], ctrl=model.key_ctrl[k])
+        if model.nmocap:
+            fields.update(mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k])
+    return State(**fields)

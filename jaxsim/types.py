@@ -1,0 +1,875 @@
+"""Option, Model, State and Contact: immutable pytrees with MuJoCo's names and layouts.
+
+Real-valued parameters are `jax.Array` leaves (differentiable, batchable); integer
+structure is static numpy (see `jaxsim.struct`). Shapes use MuJoCo's size names.
+Enum values equal MuJoCo's `mjt*` enums.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import numpy as np
+
+from jaxsim.struct import Struct, leaf, static
+
+# ------------------------------------------------------------------------------------ enums
+
+
+class DisableBit(enum.IntFlag):
+    """Disable flags of `<option><flag>` (mjtDisableBit)."""
+
+    CONSTRAINT = 1 << 0
+    EQUALITY = 1 << 1
+    FRICTIONLOSS = 1 << 2
+    LIMIT = 1 << 3
+    CONTACT = 1 << 4
+    SPRING = 1 << 5
+    DAMPER = 1 << 6
+    GRAVITY = 1 << 7
+    CLAMPCTRL = 1 << 8
+    WARMSTART = 1 << 9
+    FILTERPARENT = 1 << 10
+    ACTUATION = 1 << 11
+    REFSAFE = 1 << 12
+    SENSOR = 1 << 13
+    MIDPHASE = 1 << 14
+    EULERDAMP = 1 << 15
+    AUTORESET = 1 << 16
+    NATIVECCD = 1 << 17
+    ISLAND = 1 << 18
+    MULTICCD = 1 << 19
+
+
+class EnableBit(enum.IntFlag):
+    """Enable flags of `<option><flag>` (mjtEnableBit)."""
+
+    OVERRIDE = 1 << 0
+    ENERGY = 1 << 1
+    FWDINV = 1 << 2
+    INVDISCRETE = 1 << 3
+    SLEEP = 1 << 4
+    DIAGEXACT = 1 << 5
+    IPC = 1 << 6
+    SPECULATIVE = 1 << 7
+
+
+class JointType(enum.IntEnum):
+    FREE = 0
+    BALL = 1
+    SLIDE = 2
+    HINGE = 3
+
+    def qpos_width(self) -> int:
+        return (7, 4, 1, 1)[self]
+
+    def dof_width(self) -> int:
+        return (6, 3, 1, 1)[self]
+
+
+class GeomType(enum.IntEnum):
+    PLANE = 0
+    HFIELD = 1
+    SPHERE = 2
+    CAPSULE = 3
+    ELLIPSOID = 4
+    CYLINDER = 5
+    BOX = 6
+    MESH = 7
+    SDF = 8
+
+
+class CamLight(enum.IntEnum):
+    FIXED = 0
+    TRACK = 1
+    TRACKCOM = 2
+    TARGETBODY = 3
+    TARGETBODYCOM = 4
+
+
+class Integrator(enum.IntEnum):
+    EULER = 0
+    RK4 = 1
+    IMPLICIT = 2
+    IMPLICITFAST = 3
+    DISCRETE = 4
+
+
+class Cone(enum.IntEnum):
+    PYRAMIDAL = 0
+    ELLIPTIC = 1
+
+
+class Jacobian(enum.IntEnum):
+    DENSE = 0
+    SPARSE = 1
+    AUTO = 2
+
+
+class Solver(enum.IntEnum):
+    PGS = 0
+    CG = 1
+    NEWTON = 2
+
+
+class EqType(enum.IntEnum):
+    CONNECT = 0
+    WELD = 1
+    JOINT = 2
+    TENDON = 3
+    FLEX = 4
+    FLEXVERT = 5
+    FLEXSTRAIN = 6
+    DISTANCE = 7
+
+
+class TendonType(enum.IntEnum):
+    FIXED = 0
+    SPATIAL = 1
+
+
+class WrapType(enum.IntEnum):
+    NONE = 0
+    JOINT = 1
+    PULLEY = 2
+    SITE = 3
+    SPHERE = 4
+    CYLINDER = 5
+
+
+class TrnType(enum.IntEnum):
+    JOINT = 0
+    JOINTINPARENT = 1
+    SLIDERCRANK = 2
+    TENDON = 3
+    SITE = 4
+    BODY = 5
+    SO3 = 6
+    UNDEFINED = 1000
+
+
+class DynType(enum.IntEnum):
+    NONE = 0
+    INTEGRATOR = 1
+    FILTER = 2
+    FILTEREXACT = 3
+    MUSCLE = 4
+    DCMOTOR = 5
+    PID = 6
+    USER = 7
+
+
+class GainType(enum.IntEnum):
+    FIXED = 0
+    AFFINE = 1
+    MUSCLE = 2
+    DCMOTOR = 3
+    SO3 = 4
+    PID = 5
+    USER = 6
+
+
+class BiasType(enum.IntEnum):
+    NONE = 0
+    AFFINE = 1
+    MUSCLE = 2
+    DCMOTOR = 3
+    SO3 = 4
+    USER = 5
+
+
+class ObjType(enum.IntEnum):
+    UNKNOWN = 0
+    BODY = 1
+    XBODY = 2
+    JOINT = 3
+    DOF = 4
+    GEOM = 5
+    SITE = 6
+    CAMERA = 7
+    LIGHT = 8
+    FLEX = 9
+    MESH = 10
+    SKIN = 11
+    HFIELD = 12
+    TEXTURE = 13
+    MATERIAL = 14
+    PAIR = 15
+    EXCLUDE = 16
+    EQUALITY = 17
+    TENDON = 18
+    ACTUATOR = 19
+    SENSOR = 20
+    NUMERIC = 21
+    TEXT = 22
+    TUPLE = 23
+    KEY = 24
+    PLUGIN = 25
+
+
+class SensorType(enum.IntEnum):
+    TOUCH = 0
+    ACCELEROMETER = 1
+    VELOCIMETER = 2
+    GYRO = 3
+    FORCE = 4
+    TORQUE = 5
+    MAGNETOMETER = 6
+    RANGEFINDER = 7
+    CAMPROJECTION = 8
+    JOINTPOS = 9
+    JOINTVEL = 10
+    TENDONPOS = 11
+    TENDONVEL = 12
+    ACTUATORPOS = 13
+    ACTUATORVEL = 14
+    ACTUATORFRC = 15
+    JOINTACTFRC = 16
+    TENDONACTFRC = 17
+    BALLQUAT = 18
+    BALLANGVEL = 19
+    JOINTLIMITPOS = 20
+    JOINTLIMITVEL = 21
+    JOINTLIMITFRC = 22
+    TENDONLIMITPOS = 23
+    TENDONLIMITVEL = 24
+    TENDONLIMITFRC = 25
+    FRAMEPOS = 26
+    FRAMEQUAT = 27
+    FRAMEXAXIS = 28
+    FRAMEYAXIS = 29
+    FRAMEZAXIS = 30
+    FRAMELINVEL = 31
+    FRAMEANGVEL = 32
+    FRAMELINACC = 33
+    FRAMEANGACC = 34
+    SUBTREECOM = 35
+    SUBTREELINVEL = 36
+    SUBTREEANGMOM = 37
+    INSIDESITE = 38
+    GEOMDIST = 39
+    GEOMNORMAL = 40
+    GEOMFROMTO = 41
+    CONTACT = 42
+    E_POTENTIAL = 43
+    E_KINETIC = 44
+    CLOCK = 45
+    TACTILE = 46
+    PLUGIN = 47
+    USER = 48
+
+
+class Stage(enum.IntEnum):
+    NONE = 0
+    POS = 1
+    VEL = 2
+    ACC = 3
+
+
+class DataType(enum.IntEnum):
+    REAL = 0
+    POSITIVE = 1
+    AXIS = 2
+    QUATERNION = 3
+
+
+class SameFrame(enum.IntEnum):
+    NONE = 0
+    BODY = 1
+    INERTIA = 2
+    BODYROT = 3
+    INERTIAROT = 4
+
+
+class ConstraintType(enum.IntEnum):
+    EQUALITY = 0
+    FRICTION_DOF = 1
+    FRICTION_TENDON = 2
+    LIMIT_JOINT = 3
+    LIMIT_TENDON = 4
+    CONTACT_FRICTIONLESS = 5
+    CONTACT_PYRAMIDAL = 6
+    CONTACT_ELLIPTIC = 7
+
+
+class ConstraintState(enum.IntEnum):
+    SATISFIED = 0
+    QUADRATIC = 1
+    LINEARNEG = 2
+    LINEARPOS = 3
+    CONE = 4
+
+
+class StateBit(enum.IntFlag):
+    """State components for get_state/set_state (mjtState)."""
+
+    TIME = 1 << 0
+    QPOS = 1 << 1
+    QVEL = 1 << 2
+    ACT = 1 << 3
+    HISTORY = 1 << 4
+    WARMSTART = 1 << 5
+    CTRL = 1 << 6
+    QFRC_APPLIED = 1 << 7
+    XFRC_APPLIED = 1 << 8
+    EQ_ACTIVE = 1 << 9
+    MOCAP_POS = 1 << 10
+    MOCAP_QUAT = 1 << 11
+    USERDATA = 1 << 12
+    PLUGIN = 1 << 13
+    PLASTIC = 1 << 14
+    PHYSICS = QPOS | QVEL | ACT | HISTORY | PLASTIC
+    FULLPHYSICS = TIME | PHYSICS | PLUGIN
+    USER = CTRL | QFRC_APPLIED | XFRC_APPLIED | EQ_ACTIVE | MOCAP_POS | MOCAP_QUAT | USERDATA
+    INTEGRATION = FULLPHYSICS | USER | WARMSTART
+
+
+class Warning(enum.IntEnum):  # noqa: A001 -- MuJoCo's name (mjtWarning)
+    INERTIA = 0
+    CONTACTFULL = 1
+    CNSTRFULL = 2
+    BADQPOS = 3
+    BADQVEL = 4
+    BADQACC = 5
+    BADCTRL = 6
+
+
+# ----------------------------------------------------------------------------------- option
+
+Array = jax.Array
+
+
+class Option(Struct):
+    """Physics options (mjOption). Real values are leaves; discrete choices are static."""
+
+    timestep: Array = leaf("()", "simulation time step (s)")
+    impratio: Array = leaf("()", "ratio of frictional to normal constraint impedance")
+    tolerance: Array = leaf("()", "main solver tolerance")
+    ls_tolerance: Array = leaf("()", "CG/Newton line-search tolerance")
+    noslip_tolerance: Array = leaf("()", "noslip solver tolerance")
+    ccd_tolerance: Array = leaf("()", "convex collision tolerance")
+    sleep_tolerance: Array = leaf("()", "velocity below which a tree may sleep")
+    gravity: Array = leaf("(3,)", "gravitational acceleration")
+    wind: Array = leaf("(3,)", "wind velocity for fluid forces")
+    magnetic: Array = leaf("(3,)", "global magnetic flux")
+    density: Array = leaf("()", "density of the medium")
+    viscosity: Array = leaf("()", "viscosity of the medium")
+    o_margin: Array = leaf("()", "contact margin used when the override flag is enabled")
+    o_solref: Array = leaf("(2,)", "solref used when the override flag is enabled")
+    o_solimp: Array = leaf("(5,)", "solimp used when the override flag is enabled")
+    o_friction: Array = leaf("(5,)", "friction used when the override flag is enabled")
+    integrator: int = static("()", "integrator (Integrator enum)")
+    cone: int = static("()", "friction cone type (Cone enum)")
+    jacobian: int = static("()", "constraint Jacobian storage (Jacobian enum)")
+    solver: int = static("()", "constraint solver (Solver enum)")
+    iterations: int = static("()", "maximum number of main solver iterations")
+    ls_iterations: int = static("()", "maximum number of line-search iterations")
+    noslip_iterations: int = static("()", "maximum number of noslip iterations")
+    ccd_iterations: int = static("()", "maximum number of convex collision iterations")
+    disableflags: int = static("()", "bit flags disabling default features (DisableBit)")
+    enableflags: int = static("()", "bit flags enabling optional features (EnableBit)")
+    disableactuator: int = static("()", "bit flags disabling actuator groups")
+    sdf_initpoints: int = static("()", "number of starting points for SDF collisions")
+    sdf_iterations: int = static("()", "number of iterations for SDF collisions")
+
+
+# ------------------------------------------------------------------------------------ model
+
+_SIZES = (
+    "nq nv nu na nbody njnt ngeom nsite ncam nlight nmesh nmeshvert nmeshface "
+    "nmeshgraph nhfield nhfielddata nmat npair nexclude neq ntendon nwrap nsensor "
+    "nsensordata nnumeric nnumericdata ntext ntextdata ntuple ntupledata nkey nmocap "
+    "nuser_body nuser_jnt nuser_geom nuser_site nuser_cam nuser_tendon nuser_actuator "
+    "nuser_sensor ntree nM nhistory ngravcomp nconmax njmax"
+).split()
+
+
+class Model(Struct):
+    """A compiled model (mjModel). Counts are Python ints; see `Model.sizes()`."""
+
+    # sizes
+    nq: int = static("()", "number of generalized coordinates")
+    nv: int = static("()", "number of degrees of freedom")
+    nu: int = static("()", "number of actuators (controls)")
+    na: int = static("()", "number of activation states")
+    nbody: int = static("()", "number of bodies, world included")
+    njnt: int = static("()", "number of joints")
+    ngeom: int = static("()", "number of geoms")
+    nsite: int = static("()", "number of sites")
+    ncam: int = static("()", "number of cameras")
+    nlight: int = static("()", "number of lights")
+    nmesh: int = static("()", "number of meshes")
+    nmeshvert: int = static("()", "number of vertices in all meshes")
+    nmeshface: int = static("()", "number of triangles in all meshes")
+    nmeshgraph: int = static("()", "number of ints in all convex-hull graphs")
+    nhfield: int = static("()", "number of height fields")
+    nhfielddata: int = static("()", "number of samples in all height fields")
+    nmat: int = static("()", "number of materials")
+    npair: int = static("()", "number of explicit contact pairs")
+    nexclude: int = static("()", "number of excluded body pairs")
+    neq: int = static("()", "number of equality constraints")
+    ntendon: int = static("()", "number of tendons")
+    nwrap: int = static("()", "number of wrap objects in all tendon paths")
+    nsensor: int = static("()", "number of sensors")
+    nsensordata: int = static("()", "number of values in sensordata")
+    nnumeric: int = static("()", "number of numeric custom fields")
+    nnumericdata: int = static("()", "number of values in all numeric fields")
+    ntext: int = static("()", "number of text custom fields")
+    ntextdata: int = static("()", "number of characters in all text fields")
+    ntuple: int = static("()", "number of tuple custom fields")
+    ntupledata: int = static("()", "number of objects in all tuple fields")
+    nkey: int = static("()", "number of keyframes")
+    nmocap: int = static("()", "number of mocap bodies")
+    nuser_body: int = static("()", "number of user values per body")
+    nuser_jnt: int = static("()", "number of user values per joint")
+    nuser_geom: int = static("()", "number of user values per geom")
+    nuser_site: int = static("()", "number of user values per site")
+    nuser_cam: int = static("()", "number of user values per camera")
+    nuser_tendon: int = static("()", "number of user values per tendon")
+    nuser_actuator: int = static("()", "number of user values per actuator")
+    nuser_sensor: int = static("()", "number of user values per sensor")
+    ntree: int = static("()", "number of kinematic trees under the world")
+    nM: int = static("()", "number of non-zeros in the sparse inertia matrix")
+    nhistory: int = static("()", "size of the actuator/sensor history buffer")
+    ngravcomp: int = static("()", "number of bodies with nonzero gravity compensation")
+    nconmax: int = static("()", "contact buffer cap from <size> (-1: automatic)")
+    njmax: int = static("()", "constraint row cap from <size> (-1: automatic)")
+
+    opt: Option = leaf("-", "physics options")
+
+    # default generalized coordinates
+    qpos0: Array = leaf("(nq,)", "qpos at the reference configuration")
+    qpos_spring: Array = leaf("(nq,)", "qpos at which joint springs are at rest")
+
+    # bodies
+    body_parentid: np.ndarray = static("(nbody,)", "id of the parent body")
+    body_rootid: np.ndarray = static("(nbody,)", "id of the root of the body's tree (child of world)")
+    body_weldid: np.ndarray = static("(nbody,)", "id of the body this body is welded to")
+    body_mocapid: np.ndarray = static("(nbody,)", "mocap id of the body, -1 if not mocap")
+    body_jntnum: np.ndarray = static("(nbody,)", "number of joints of the body")
+    body_jntadr: np.ndarray = static("(nbody,)", "first joint id of the body, -1 if none")
+    body_dofnum: np.ndarray = static("(nbody,)", "number of dofs of the body")
+    body_dofadr: np.ndarray = static("(nbody,)", "first dof id of the body, -1 if none")
+    body_treeid: np.ndarray = static("(nbody,)", "id of the body's kinematic tree, -1 for static")
+    body_geomnum: np.ndarray = static("(nbody,)", "number of geoms of the body")
+    body_geomadr: np.ndarray = static("(nbody,)", "first geom id of the body, -1 if none")
+    body_simple: np.ndarray = static("(nbody,)", "1: diagonal inertia and sliders on axes, 2: also no rotation")
+    body_sameframe: np.ndarray = static("(nbody,)", "inertial frame alignment with body frame (SameFrame)")
+    body_contype: np.ndarray = static("(nbody,)", "OR of the contype of the body's geoms")
+    body_conaffinity: np.ndarray = static("(nbody,)", "OR of the conaffinity of the body's geoms")
+    body_pos: Array = leaf("(nbody, 3)", "position offset relative to the parent body")
+    body_quat: Array = leaf("(nbody, 4)", "orientation offset relative to the parent body (w,x,y,z)")
+    body_ipos: Array = leaf("(nbody, 3)", "inertial frame position in the body frame")
+    body_iquat: Array = leaf("(nbody, 4)", "inertial frame orientation in the body frame")
+    body_mass: Array = leaf("(nbody,)", "mass")
+    body_subtreemass: Array = leaf("(nbody,)", "mass of the subtree starting at this body")
+    body_inertia: Array = leaf("(nbody, 3)", "principal moments of inertia")
+    body_invweight0: Array = leaf("(nbody, 2)", "mean inverse inertia at qpos0 (translation, rotation)")
+    body_gravcomp: Array = leaf("(nbody,)", "fraction of gravity compensated by antigravity force")
+    body_margin: Array = leaf("(nbody,)", "maximum geom margin of the body")
+    body_user: Array = leaf("(nbody, nuser_body)", "user data")
+
+    # joints
+    jnt_type: np.ndarray = static("(njnt,)", "joint type (JointType)")
+    jnt_qposadr: np.ndarray = static("(njnt,)", "start address in qpos")
+    jnt_dofadr: np.ndarray = static("(njnt,)", "start address in qvel")
+    jnt_bodyid: np.ndarray = static("(njnt,)", "id of the joint's body")
+    jnt_group: np.ndarray = static("(njnt,)", "group for visibility")
+    jnt_limited: np.ndarray = static("(njnt,)", "whether the joint has limits")
+    jnt_actfrclimited: np.ndarray = static("(njnt,)", "whether actuator force on the joint is clamped")
+    jnt_actgravcomp: np.ndarray = static("(njnt,)", "whether gravcomp is applied through actuators")
+    jnt_solref: Array = leaf("(njnt, 2)", "solref of the joint limit")
+    jnt_solimp: Array = leaf("(njnt, 5)", "solimp of the joint limit")
+    jnt_pos: Array = leaf("(njnt, 3)", "anchor position in the body frame")
+    jnt_axis: Array = leaf("(njnt, 3)", "joint axis in the body frame")
+    jnt_stiffness: Array = leaf("(njnt,)", "linear spring stiffness")
+    jnt_stiffnesspoly: Array = leaf("(njnt, 2)", "second and third order spring stiffness")
+    jnt_range: Array = leaf("(njnt, 2)", "joint limits")
+    jnt_actfrcrange: Array = leaf("(njnt, 2)", "range of total actuator force on the joint")
+    jnt_margin: Array = leaf("(njnt,)", "minimum distance for limit detection")
+    jnt_user: Array = leaf("(njnt, nuser_jnt)", "user data")
+
+    # dofs
+    dof_bodyid: np.ndarray = static("(nv,)", "id of the dof's body")
+    dof_jntid: np.ndarray = static("(nv,)", "id of the dof's joint")
+    dof_parentid: np.ndarray = static("(nv,)", "id of the parent dof, -1 at a tree root")
+    dof_treeid: np.ndarray = static("(nv,)", "id of the dof's kinematic tree")
+    dof_Madr: np.ndarray = static("(nv,)", "address of the dof's diagonal in the sparse inertia")
+    dof_simplenum: np.ndarray = static("(nv,)", "number of consecutive simple dofs")
+    dof_solref: Array = leaf("(nv, 2)", "solref of dof friction loss")
+    dof_solimp: Array = leaf("(nv, 5)", "solimp of dof friction loss")
+    dof_frictionloss: Array = leaf("(nv,)", "dry friction loss")
+    dof_armature: Array = leaf("(nv,)", "armature inertia (added to the inertia diagonal)")
+    dof_damping: Array = leaf("(nv,)", "linear damping coefficient")
+    dof_dampingpoly: Array = leaf("(nv, 2)", "second and third order damping coefficients")
+    dof_invweight0: Array = leaf("(nv,)", "diagonal of the inverse inertia at qpos0")
+    dof_M0: Array = leaf("(nv,)", "diagonal of the inertia matrix at qpos0")
+    dof_length: Array = leaf("(nv,)", "dof length scale: 1 for translation, body size for rotation")
+
+    # trees
+    tree_bodyadr: np.ndarray = static("(ntree,)", "first body id of each tree")
+    tree_bodynum: np.ndarray = static("(ntree,)", "number of bodies of each tree")
+    tree_dofadr: np.ndarray = static("(ntree,)", "first dof of each tree")
+    tree_dofnum: np.ndarray = static("(ntree,)", "number of dofs of each tree")
+
+    # geoms
+    geom_type: np.ndarray = static("(ngeom,)", "geometric type (GeomType)")
+    geom_contype: np.ndarray = static("(ngeom,)", "contact type bits")
+    geom_conaffinity: np.ndarray = static("(ngeom,)", "contact affinity bits")
+    geom_condim: np.ndarray = static("(ngeom,)", "contact dimensionality (1, 3, 4 or 6)")
+    geom_bodyid: np.ndarray = static("(ngeom,)", "id of the geom's body")
+    geom_dataid: np.ndarray = static("(ngeom,)", "id of the mesh or hfield, -1 if none")
+    geom_matid: np.ndarray = static("(ngeom,)", "material id, -1 if none")
+    geom_group: np.ndarray = static("(ngeom,)", "group for visibility")
+    geom_priority: np.ndarray = static("(ngeom,)", "priority for contact parameter selection")
+    geom_sameframe: np.ndarray = static("(ngeom,)", "frame alignment with the body (SameFrame)")
+    geom_solmix: Array = leaf("(ngeom,)", "mixing weight of solref/solimp between two geoms")
+    geom_solref: Array = leaf("(ngeom, 2)", "constraint solver reference: contact")
+    geom_solimp: Array = leaf("(ngeom, 5)", "constraint solver impedance: contact")
+    geom_size: Array = leaf("(ngeom, 3)", "type-specific size parameters")
+    geom_aabb: Array = leaf("(ngeom, 6)", "local bounding box (center, half size)")
+    geom_rbound: Array = leaf("(ngeom,)", "radius of the bounding sphere about the geom frame")
+    geom_pos: Array = leaf("(ngeom, 3)", "position offset in the body frame")
+    geom_quat: Array = leaf("(ngeom, 4)", "orientation offset in the body frame")
+    geom_friction: Array = leaf("(ngeom, 3)", "friction: sliding, torsional, rolling")
+    geom_margin: Array = leaf("(ngeom,)", "distance at which contacts become active")
+    geom_gap: Array = leaf("(ngeom,)", "margin minus gap is the distance contacts are included")
+    geom_fluid: Array = leaf("(ngeom, 12)", "ellipsoid fluid-model parameters")
+    geom_surfacevel: Array = leaf("(ngeom, 6)", "surface velocity (conveyors, turntables)")
+    geom_adhesion: Array = leaf("(ngeom,)", "adhesion force scale of body-transmission actuators")
+    geom_user: Array = leaf("(ngeom, nuser_geom)", "user data")
+    geom_rgba: Array = leaf("(ngeom, 4)", "color (visual only)")
+
+    # sites
+    site_type: np.ndarray = static("(nsite,)", "geometric type for rendering (GeomType)")
+    site_bodyid: np.ndarray = static("(nsite,)", "id of the site's body")
+    site_group: np.ndarray = static("(nsite,)", "group for visibility")
+    site_sameframe: np.ndarray = static("(nsite,)", "frame alignment with the body (SameFrame)")
+    site_size: Array = leaf("(nsite, 3)", "geom size for rendering and insidesite sensors")
+    site_pos: Array = leaf("(nsite, 3)", "position offset in the body frame")
+    site_quat: Array = leaf("(nsite, 4)", "orientation offset in the body frame")
+    site_user: Array = leaf("(nsite, nuser_site)", "user data")
+
+    # cameras
+    cam_mode: np.ndarray = static("(ncam,)", "tracking mode (CamLight)")
+    cam_bodyid: np.ndarray = static("(ncam,)", "id of the camera's body")
+    cam_targetbodyid: np.ndarray = static("(ncam,)", "id of the target body, -1 if none")
+    cam_projection: np.ndarray = static("(ncam,)", "0: perspective, 1: orthographic")
+    cam_resolution: np.ndarray = static("(ncam, 2)", "resolution in pixels (width, height)")
+    cam_pos: Array = leaf("(ncam, 3)", "position offset in the body frame")
+    cam_quat: Array = leaf("(ncam, 4)", "orientation offset in the body frame")
+    cam_poscom0: Array = leaf("(ncam, 3)", "global position relative to the subtree com at qpos0")
+    cam_pos0: Array = leaf("(ncam, 3)", "global position relative to the body at qpos0")
+    cam_mat0: Array = leaf("(ncam, 9)", "global orientation at qpos0")
+    cam_fovy: Array = leaf("(ncam,)", "vertical field of view (degrees)")
+    cam_ipd: Array = leaf("(ncam,)", "inter-pupillary distance")
+    cam_sensorsize: Array = leaf("(ncam, 2)", "sensor size (length units)")
+    cam_intrinsic: Array = leaf("(ncam, 4)", "focal length and principal point")
+    cam_user: Array = leaf("(ncam, nuser_cam)", "user data")
+
+    # lights
+    light_mode: np.ndarray = static("(nlight,)", "tracking mode (CamLight)")
+    light_bodyid: np.ndarray = static("(nlight,)", "id of the light's body")
+    light_targetbodyid: np.ndarray = static("(nlight,)", "id of the target body, -1 if none")
+    light_type: np.ndarray = static("(nlight,)", "light type")
+    light_castshadow: np.ndarray = static("(nlight,)", "whether the light casts shadows")
+    light_active: np.ndarray = static("(nlight,)", "whether the light is on")
+    light_pos: Array = leaf("(nlight, 3)", "position relative to the body frame")
+    light_dir: Array = leaf("(nlight, 3)", "direction relative to the body frame")
+    light_poscom0: Array = leaf("(nlight, 3)", "global position relative to the subtree com at qpos0")
+    light_pos0: Array = leaf("(nlight, 3)", "global position relative to the body at qpos0")
+    light_dir0: Array = leaf("(nlight, 3)", "global direction at qpos0")
+
+    # meshes
+    mesh_vertadr: np.ndarray = static("(nmesh,)", "first vertex address")
+    mesh_vertnum: np.ndarray = static("(nmesh,)", "number of vertices")
+    mesh_faceadr: np.ndarray = static("(nmesh,)", "first face address")
+    mesh_facenum: np.ndarray = static("(nmesh,)", "number of faces")
+    mesh_graphadr: np.ndarray = static("(nmesh,)", "convex-hull graph address, -1 if none")
+    mesh_face: np.ndarray = static("(nmeshface, 3)", "vertex indices of each triangle")
+    mesh_graph: np.ndarray = static("(nmeshgraph,)", "convex hull graphs (MuJoCo's layout)")
+    mesh_vert: Array = leaf("(nmeshvert, 3)", "vertex positions in the mesh frame")
+    mesh_scale: Array = leaf("(nmesh, 3)", "scaling applied to the asset vertices")
+    mesh_pos: Array = leaf("(nmesh, 3)", "translation applied to the asset vertices")
+    mesh_quat: Array = leaf("(nmesh, 4)", "rotation applied to the asset vertices")
+
+    # height fields
+    hfield_nrow: np.ndarray = static("(nhfield,)", "number of rows in the grid")
+    hfield_ncol: np.ndarray = static("(nhfield,)", "number of columns in the grid")
+    hfield_adr: np.ndarray = static("(nhfield,)", "address in hfield_data")
+    hfield_size: Array = leaf("(nhfield, 4)", "x, y, z_top, z_bottom")
+    hfield_data: Array = leaf("(nhfielddata,)", "elevations in [0, 1], row-major")
+
+    # materials (visual only)
+    mat_rgba: Array = leaf("(nmat, 4)", "material color")
+
+    # explicit contact pairs and exclusions
+    pair_dim: np.ndarray = static("(npair,)", "contact dimensionality")
+    pair_geom1: np.ndarray = static("(npair,)", "id of geom1")
+    pair_geom2: np.ndarray = static("(npair,)", "id of geom2")
+    pair_signature: np.ndarray = static("(npair,)", "body1 << 16 + body2")
+    pair_solref: Array = leaf("(npair, 2)", "solref of the normal direction")
+    pair_solreffriction: Array = leaf("(npair, 2)", "solref of the frictional directions")
+    pair_solimp: Array = leaf("(npair, 5)", "solimp")
+    pair_margin: Array = leaf("(npair,)", "detection margin")
+    pair_gap: Array = leaf("(npair,)", "inclusion gap")
+    pair_friction: Array = leaf("(npair, 5)", "tangent1, tangent2, spin, roll1, roll2")
+    pair_adhesion: Array = leaf("(npair,)", "adhesion of the pair")
+    exclude_signature: np.ndarray = static("(nexclude,)", "body1 << 16 + body2")
+
+    # equality constraints
+    eq_type: np.ndarray = static("(neq,)", "constraint type (EqType)")
+    eq_obj1id: np.ndarray = static("(neq,)", "id of object 1")
+    eq_obj2id: np.ndarray = static("(neq,)", "id of object 2")
+    eq_objtype: np.ndarray = static("(neq,)", "type of both objects (ObjType)")
+    eq_active0: np.ndarray = static("(neq,)", "initial enable/disable state")
+    eq_solref: Array = leaf("(neq, 2)", "constraint solver reference")
+    eq_solimp: Array = leaf("(neq, 5)", "constraint solver impedance")
+    eq_data: Array = leaf("(neq, 12)", "type-specific numeric data")
+
+    # tendons
+    tendon_adr: np.ndarray = static("(ntendon,)", "address of the first wrap object")
+    tendon_num: np.ndarray = static("(ntendon,)", "number of wrap objects")
+    tendon_limited: np.ndarray = static("(ntendon,)", "whether the tendon has length limits")
+    tendon_actfrclimited: np.ndarray = static("(ntendon,)", "whether actuator force is clamped")
+    tendon_treenum: np.ndarray = static("(ntendon,)", "number of trees the tendon spans")
+    tendon_treeid: np.ndarray = static("(ntendon, 2)", "first two tree ids spanned")
+    tendon_solref_lim: Array = leaf("(ntendon, 2)", "solref of the limit")
+    tendon_solimp_lim: Array = leaf("(ntendon, 5)", "solimp of the limit")
+    tendon_solref_fri: Array = leaf("(ntendon, 2)", "solref of friction loss")
+    tendon_solimp_fri: Array = leaf("(ntendon, 5)", "solimp of friction loss")
+    tendon_range: Array = leaf("(ntendon, 2)", "length limits")
+    tendon_actfrcrange: Array = leaf("(ntendon, 2)", "range of total actuator force")
+    tendon_margin: Array = leaf("(ntendon,)", "minimum distance for limit detection")
+    tendon_stiffness: Array = leaf("(ntendon,)", "spring stiffness")
+    tendon_stiffnesspoly: Array = leaf("(ntendon, 2)", "second and third order stiffness")
+    tendon_damping: Array = leaf("(ntendon,)", "damping coefficient")
+    tendon_dampingpoly: Array = leaf("(ntendon, 2)", "second and third order damping")
+    tendon_armature: Array = leaf("(ntendon,)", "inertia associated with the tendon velocity")
+    tendon_frictionloss: Array = leaf("(ntendon,)", "dry friction loss")
+    tendon_lengthspring: Array = leaf("(ntendon, 2)", "spring resting length range")
+    tendon_length0: Array = leaf("(ntendon,)", "tendon length at qpos0")
+    tendon_invweight0: Array = leaf("(ntendon,)", "inverse weight at qpos0")
+    tendon_width: Array = leaf("(ntendon,)", "width for rendering")
+    tendon_user: Array = leaf("(ntendon, nuser_tendon)", "user data")
+    wrap_type: np.ndarray = static("(nwrap,)", "wrap object type (WrapType)")
+    wrap_objid: np.ndarray = static("(nwrap,)", "object id: geom, site or joint")
+    wrap_prm: Array = leaf("(nwrap,)", "divisor, joint coefficient, or sidesite id")
+
+    # actuators
+    actuator_trntype: np.ndarray = static("(nu,)", "transmission type (TrnType)")
+    actuator_dyntype: np.ndarray = static("(nu,)", "dynamics type (DynType)")
+    actuator_gaintype: np.ndarray = static("(nu,)", "gain type (GainType)")
+    actuator_biastype: np.ndarray = static("(nu,)", "bias type (BiasType)")
+    actuator_trnid: np.ndarray = static("(nu, 2)", "transmission ids: joint/tendon/site, refsite")
+    actuator_actadr: np.ndarray = static("(nu,)", "first activation address, -1 if stateless")
+    actuator_actnum: np.ndarray = static("(nu,)", "number of activation variables")
+    actuator_ctrladr: np.ndarray = static("(nu,)", "first control address")
+    actuator_ctrlnum: np.ndarray = static("(nu,)", "number of controls")
+    actuator_group: np.ndarray = static("(nu,)", "group for visibility and disabling")
+    actuator_history: np.ndarray = static("(nu, 2)", "history buffer: number of samples, interpolation")
+    actuator_historyadr: np.ndarray = static("(nu,)", "address in the history buffer")
+    actuator_ctrllimited: np.ndarray = static("(nu,)", "whether controls are clamped")
+    actuator_forcelimited: np.ndarray = static("(nu,)", "whether force is clamped")
+    actuator_actlimited: np.ndarray = static("(nu,)", "whether activation is clamped")
+    actuator_actearly: np.ndarray = static("(nu,)", "whether the force uses the next activation")
+    actuator_delay: Array = leaf("(nu,)", "control delay (s)")
+    actuator_dynprm: Array = leaf("(nu, 10)", "dynamics parameters")
+    actuator_gainprm: Array = leaf("(nu, 10)", "gain parameters")
+    actuator_biasprm: Array = leaf("(nu, 10)", "bias parameters")
+    actuator_damping: Array = leaf("(nu,)", "damping applied along the transmission")
+    actuator_dampingpoly: Array = leaf("(nu, 2)", "second and third order damping")
+    actuator_armature: Array = leaf("(nu,)", "armature inertia along the transmission")
+    actuator_ctrlrange: Array = leaf("(nu, 2)", "range of controls")
+    actuator_forcerange: Array = leaf("(nu, 2)", "range of forces")
+    actuator_actrange: Array = leaf("(nu, 2)", "range of activations")
+    actuator_gear: Array = leaf("(nu, 6)", "scale length and transmitted force")
+    actuator_cranklength: Array = leaf("(nu,)", "crank length for slider-crank")
+    actuator_acc0: Array = leaf("(nu,)", "acceleration from unit force at qpos0")
+    actuator_length0: Array = leaf("(nu,)", "actuator length at qpos0")
+    actuator_lengthrange: Array = leaf("(nu, 2)", "feasible actuator length range")
+    actuator_user: Array = leaf("(nu, nuser_actuator)", "user data")
+
+    # sensors
+    sensor_type: np.ndarray = static("(nsensor,)", "sensor type (SensorType)")
+    sensor_datatype: np.ndarray = static("(nsensor,)", "numeric data type (DataType)")
+    sensor_needstage: np.ndarray = static("(nsensor,)", "stage the sensor needs (Stage)")
+    sensor_objtype: np.ndarray = static("(nsensor,)", "type of the sensorized object (ObjType)")
+    sensor_objid: np.ndarray = static("(nsensor,)", "id of the sensorized object")
+    sensor_reftype: np.ndarray = static("(nsensor,)", "type of the reference frame (ObjType)")
+    sensor_refid: np.ndarray = static("(nsensor,)", "id of the reference frame, -1: global")
+    sensor_intprm: np.ndarray = static("(nsensor, 3)", "integer parameters")
+    sensor_dim: np.ndarray = static("(nsensor,)", "number of scalar outputs")
+    sensor_adr: np.ndarray = static("(nsensor,)", "address in sensordata")
+    sensor_history: np.ndarray = static("(nsensor, 2)", "history buffer: samples, interpolation")
+    sensor_historyadr: np.ndarray = static("(nsensor,)", "address in the history buffer")
+    sensor_cutoff: Array = leaf("(nsensor,)", "cutoff for real and positive data, 0: none")
+    sensor_noise: Array = leaf("(nsensor,)", "noise standard deviation (not applied)")
+    sensor_delay: Array = leaf("(nsensor,)", "sensor delay (s)")
+    sensor_interval: Array = leaf("(nsensor, 2)", "sampling period and phase")
+    sensor_user: Array = leaf("(nsensor, nuser_sensor)", "user data")
+
+    # custom
+    numeric_adr: np.ndarray = static("(nnumeric,)", "address in numeric_data")
+    numeric_size: np.ndarray = static("(nnumeric,)", "size of the numeric field")
+    numeric_data: Array = leaf("(nnumericdata,)", "array of all numeric fields")
+    text_data: tuple = static("(ntext,)", "text custom fields")
+    tuple_adr: np.ndarray = static("(ntuple,)", "address in tuple_objtype")
+    tuple_size: np.ndarray = static("(ntuple,)", "number of objects in the tuple")
+    tuple_objtype: np.ndarray = static("(ntupledata,)", "object types (ObjType)")
+    tuple_objid: np.ndarray = static("(ntupledata,)", "object ids")
+    tuple_objprm: Array = leaf("(ntupledata,)", "object parameters")
+
+    # keyframes
+    key_time: Array = leaf("(nkey,)", "keyframe time")
+    key_qpos: Array = leaf("(nkey, nq)", "keyframe position")
+    key_qvel: Array = leaf("(nkey, nv)", "keyframe velocity")
+    key_act: Array = leaf("(nkey, na)", "keyframe activation")
+    key_mpos: Array = leaf("(nkey, nmocap, 3)", "keyframe mocap positions")
+    key_mquat: Array = leaf("(nkey, nmocap, 4)", "keyframe mocap orientations")
+    key_ctrl: Array = leaf("(nkey, nu)", "keyframe control")
+
+    # statistics and names
+    stat_meaninertia: Array = leaf("()", "mean diagonal inertia at qpos0")
+    stat_meanmass: Array = leaf("()", "mean body mass")
+    stat_meansize: Array = leaf("()", "mean body size")
+    stat_extent: Array = leaf("()", "spatial extent of the model")
+    stat_center: Array = leaf("(3,)", "center of the model")
+    names: tuple = static("-", "per object type (ObjType order), the tuple of names ('' if none)")
+    model_name: str = static("()", "model name from <mujoco model=...>")
+
+    @classmethod
+    def size_names(cls) -> tuple[str, ...]:
+        return tuple(_SIZES)
+
+    def sizes(self) -> dict[str, int]:
+        """All counts as a dict."""
+        return {n: getattr(self, n) for n in _SIZES}
+
+    def name2id(self, objtype: ObjType | int, name: str) -> int:
+        """Id of the named object of the given type, -1 if absent (mj_name2id)."""
+        try:
+            return self.names[int(objtype)].index(name)
+        except (ValueError, IndexError):
+            return -1
+
+    def id2name(self, objtype: ObjType | int, i: int) -> str:
+        """Name of the object, '' if unnamed (mj_id2name)."""
+        return self.names[int(objtype)][i]
+
+
+# ---------------------------------------------------------------------------- state, contact
+
+
+class Contact(Struct):
+    """Fixed-size contact buffer (mjContact), `ncon` slots; `active` marks real contacts."""
+
+    dist: Array = leaf("(ncon,)", "signed distance between the geoms (negative: penetration)")
+    pos: Array = leaf("(ncon, 3)", "contact point (midpoint between the geoms)")
+    frame: Array = leaf("(ncon, 3, 3)", "contact frame, rows are axes, the normal first")
+    includemargin: Array = leaf("(ncon,)", "include if dist < includemargin (margin - gap)")
+    friction: Array = leaf("(ncon, 5)", "tangent1, tangent2, spin, roll1, roll2")
+    solref: Array = leaf("(ncon, 2)", "constraint solver reference, normal direction")
+    solreffriction: Array = leaf("(ncon, 2)", "constraint solver reference, friction directions")
+    solimp: Array = leaf("(ncon, 5)", "constraint solver impedance")
+    dim: Array = leaf("(ncon,)", "contact space dimensionality: 1, 3, 4 or 6")
+    geom: Array = leaf("(ncon, 2)", "ids of the two geoms")
+    efc_address: Array = leaf("(ncon,)", "address in the constraint rows, -1 if excluded")
+    active: Array = leaf("(ncon,)", "true where the slot holds a contact MuJoCo would report")
+
+    @classmethod
+    def zeros(cls, ncon: int, dtype) -> Contact:
+        import jax.numpy as jnp
+
+        f = lambda *s: jnp.zeros(s, dtype)  # noqa: E731
+        frame = jnp.tile(jnp.eye(3, dtype=dtype), (ncon, 1, 1))
+        return cls(
+            dist=f(ncon), pos=f(ncon, 3), frame=frame, includemargin=f(ncon),
+            friction=f(ncon, 5), solref=f(ncon, 2), solreffriction=f(ncon, 2),
+            solimp=f(ncon, 5), dim=jnp.zeros(ncon, jnp.int32),
+            geom=jnp.full((ncon, 2), -1, jnp.int32), efc_address=jnp.full(ncon, -1, jnp.int32),
+            active=jnp.zeros(ncon, bool),
+        )
+
+
+class State(Struct):
+    """Simulation state and everything computed from it (mjData). All fields are leaves."""
+
+    # integration state and user inputs
+    time: Array = leaf("()", "simulation time")
+    qpos: Array = leaf("(nq,)", "position")
+    qvel: Array = leaf("(nv,)", "velocity")
+    act: Array = leaf("(na,)", "actuator activation")
+    history: Array = leaf("(nhistory,)", "actuator and sensor history buffers")
+    qacc_warmstart: Array = leaf("(nv,)", "acceleration used to warmstart the solver")
+    ctrl: Array = leaf("(nu,)", "control")
+    qfrc_applied: Array = leaf("(nv,)", "applied generalized force")
+    xfrc_applied: Array = leaf("(nbody, 6)", "applied Cartesian force/torque at the body com")
+    eq_active: Array = leaf("(neq,)", "enable/disable equality constraints")
+    mocap_pos: Array = leaf("(nmocap, 3)", "positions of mocap bodies")
+    mocap_quat: Array = leaf("(nmocap, 4)", "orientations of mocap bodies")
+    qacc: Array = leaf("(nv,)", "acceleration")
+    act_dot: Array = leaf("(na,)", "time derivative of the activation")
+
+    # position dependent
+    xpos: Array = leaf("(nbody, 3)", "Cartesian position of the body frame")
+    xquat: Array = leaf("(nbody, 4)", "Cartesian orientation of the body frame")
+    xmat: Array = leaf("(nbody, 3, 3)", "Cartesian orientation of the body frame")
+    xipos: Array = leaf("(nbody, 3)", "Cartesian position of the body com")
+    ximat: Array = leaf("(nbody, 3, 3)", "Cartesian orientation of the body inertia")
+    xanchor: Array = leaf("(njnt, 3)", "Cartesian position of the joint anchor")
+    xaxis: Array = leaf("(njnt, 3)", "Cartesian joint axis")
+    geom_xpos: Array = leaf("(ngeom, 3)", "Cartesian geom position")
+    geom_xmat: Array = leaf("(ngeom, 3, 3)", "Cartesian geom orientation")
+    site_xpos: Array = leaf("(nsite, 3)", "Cartesian site position")
+    site_xmat: Array = leaf("(nsite, 3, 3)", "Cartesian site orientation")
+    cam_xpos: Array = leaf("(ncam, 3)", "Cartesian camera position")
+    cam_xmat: Array = leaf("(ncam, 3, 3)", "Cartesian camera orientation")
+    subtree_com: Array = leaf("(nbody, 3)", "center of mass of each subtree")
+    cdof: Array = leaf("(nv, 6)", "com-based motion axis of each dof (rot:lin)")
+    cinert: Array = leaf("(nbody, 10)", "com-based body inertia and mass")
+    ten_wrapadr: Array = leaf("(ntendon,)", "start address of the tendon's path")
+    ten_wrapnum: Array = leaf("(ntendon,)", "number of wrap points in the path")
+    ten_J: Array = leaf("(ntendon, nv)", "tendon Jacobian")
+    ten_length: Array = leaf("(ntendon,)", "tendon lengths")
+    wrap_obj: Array = leaf("(nwrap * 2,)", "geom id; -1: site; -2: pulley")
+    wrap_xpos: Array = leaf("(nwrap * 2, 3)", "Cartesian 3D points in all paths")
+    actuator_length: Array = leaf("(nu,)", "actuator lengths")
+    actuator_moment: Array = leaf("(nu, nv)", "actuator moments (dense)")
+    crb: Array = leaf("(nbody, 10)", "com-based composite inertia and mass")
+    qM: Array = leaf("(nv, nv)", "joint-space inertia matrix (dense)")
+    qLD: Array = leaf("(nv, nv)", "factorisation of the inertia matrix")
+    qLDiagInv: Array = leaf("(nv,)", "1 / diagonal of the factorisation")
+
+    # velocity dependent
+    ten_velocity: Array = leaf("(ntendon,)", "tendon velocities")
+    actuator_velocity: Array = leaf("(nu,)", "actuator velocities")
+    cvel: Array = leaf("(nbody, 6)", "com-based velocity (rot:lin)")
+    cdof_dot: Array = leaf("(nv, 6)", "time derivative of cdof")
+    qfrc_bias: Array = leaf("(nv,)", "C(qpos, qvel)")
+    qfrc_spring: Array = leaf("(nv,)", "passive spring force")
+    qfrc_damper: Array = leaf("(nv,)", "passive damper force")
+    qfrc_gravcomp: Array = leaf("(nv,)", "passive gravity compensation force")
+    qfrc_fluid: Array = leaf("(nv,)", "passive fluid force")
+    qfrc_passive: Array = leaf("(nv,)", "total passive force")
+
+    # acceleration / force dependent
+    actuator_force: Array = leaf("(nu,)", "actuator force in actuation space")
+    qfrc_actuator: Array = leaf("(nv,)", "actuator force")
+    qfrc_smooth: Array = leaf("(nv,)", "net unconstrained force")
+    qacc_smooth: Array = leaf("(nv,)", "unconstrained acceleration")
+    qfrc_constraint: Array = leaf("(nv,)", "constraint force")
+    qfrc_inverse: Array = leaf("(nv,)", "net external force; should equal the applied forces")
+    cacc: Array = leaf("(nbody, 6)", "com-based acceleration")
+    cfrc_int: Array = leaf("(nbody, 6)", "com-based interaction force with the parent")
+    cfrc_ext: Array = leaf("(nbody, 6)", "com-based external force on the body")
+
+    # contacts and constraints
+    contact: Contact = leaf("-", "fixed-size contact buffer")
+    ncon: Array = leaf("()", "number of active contacts")
+    overflow: Array = leaf("()", "true when a fixed buffer was too small for this state")
+    maxuse_con: Array = leaf("()", "most contact slots needed so far")
+    warning: Array = leaf("(8,)", "warning counters (Warning enum order)")
+    sensordata: Array = leaf("(nsensordata,)", "sensor data")
+    energy: Array = leaf("(2,)", "potential and kinetic energy")
