@@ -39,7 +39,7 @@ def _size(shape: str, sizes: dict) -> tuple[int, ...]:
 
 
 def blank_state(m: Model, qpos: jax.Array | None = None) -> State:
-    """A State of zeros with the model's shapes: qpos0 (or `qpos`), mocap at body poses."""
+    """A State of zeros with the model's shapes at qpos0 (or `qpos`), mocap at body poses."""
     dt = m.body_pos.dtype
     sizes = dict(m.sizes(), ncon=0)
     fields = {}
@@ -55,7 +55,8 @@ def blank_state(m: Model, qpos: jax.Array | None = None) -> State:
     fields["qpos"] = m.qpos0 if qpos is None else qpos
     mocap = np.asarray(m.body_mocapid)
     if m.nmocap:
-        bodies = np.argsort(np.where(mocap >= 0, mocap, np.iinfo(np.int64).max))[: m.nmocap]
+        bodies = np.nonzero(mocap >= 0)[0]
+        bodies = bodies[np.argsort(mocap[bodies])]
         fields["mocap_pos"] = m.body_pos[bodies]
         fields["mocap_quat"] = m.body_quat[bodies]
     fields["eq_active"] = jnp.asarray(m.eq_active0, dt)
@@ -197,6 +198,8 @@ def _eq_data(m: Model, d: State) -> Model:
         new = jnp.concatenate([data[w, 0:3], loc, rel], -1)
         old = jnp.concatenate([data[w, 0:6], math.normalize_quat(q)], -1)
         data = data.at[w, 0:10].set(jnp.where(user, old, new))
+        # MuJoCo 4.0 flags welds whose relative pose it computed at qpos0
+        data = data.at[w, 11].set(jnp.where(user[:, 0], data[w, 11], 1.0))
     return m.replace(eq_data=data)
 
 

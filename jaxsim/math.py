@@ -228,6 +228,12 @@ def _length_circle(p0, p1, ind, radius):
     # atan2(0, 0) has a NaN gradient; it only occurs in branches that are discarded
     dot = jnp.where((cross == 0) & (dot == 0), 1.0, dot)
     angle = jnp.arctan2(jnp.abs(cross), dot)
+    # MuJoCo evaluates acos of the normalised dot product, which loses ~1e-8 near 0 and pi;
+    # take its value (for agreement) and the well-conditioned atan2 derivative
+    n0 = normalize(p0)
+    n1 = normalize(p1)
+    acos = jnp.arccos(jnp.clip(_dot2(n0, n1), -1.0, 1.0))
+    angle = angle + jax.lax.stop_gradient(acos - angle)
     flip = ((cross > 0) & ind) | ((cross < 0) & ~ind)
     return radius * jnp.where(flip, 2 * jnp.pi - angle, angle)
 

@@ -58,7 +58,7 @@ def _compile_mesh(ctx: Ctx, el, cls: str):
         for _ in el.iterchildren(bad):
             raise MJCFError("mesh plugins are not supported by jaxsim", el)
     try:
-        if "builtin" in a and a["builtin"] != "none":
+        if "builtin" in a:
             raw = meshlib.builtin_mesh(a["builtin"], a.raw("params", ""))
         elif "file" in a:
             data = ctx.source.read(_mesh_path(ctx, a["file"]), el, "file")
@@ -69,7 +69,9 @@ def _compile_mesh(ctx: Ctx, el, cls: str):
         else:
             raise MJCFError("mesh needs a file, vertex data or a builtin", el)
         args = dict(scale=np.asarray(a["scale"], float), refpos=np.asarray(a["refpos"], float),
-                    refquat=np.asarray(a["refquat"], float), inertia_mode=a["inertia"],
+                    refquat=np.asarray(a["refquat"], float),
+                    # MuJoCo always gives builtin plates shell inertia
+                    inertia_mode="shell" if a.raw("builtin") == "plate" else a["inertia"],
                     maxhullvert=int(a["maxhullvert"]), name=name)
         processed = meshlib.process_mesh(raw, need_hull=False, **args)
     except mesh_io.MeshError as e:
@@ -98,9 +100,13 @@ def _compile_hfield(ctx: Ctx, el):
         path = fname if os.path.isabs(fname) or not ctx.compiler.meshdir else \
             os.path.join(ctx.compiler.meshdir, fname)
         data = ctx.source.read(path, el, "file")
-        ctype = a.raw("content_type")
+        # an explicit content type overrides the file extension, as in MuJoCo
+        ctype = a.raw("content_type") or ("image/png" if fname.lower().endswith(".png")
+                                          else "image/vnd.mujoco.hfield")
+        if ctype not in ("image/png", "image/vnd.mujoco.hfield"):
+            raise a.error(f"unsupported content type: '{ctype}'", "content_type")
         try:
-            if (ctype or "").endswith("png") or fname.lower().endswith(".png"):
+            if ctype == "image/png":
                 elev = image.hfield_from_png(data)
             else:
                 elev = image.hfield_from_custom(data)
@@ -111,6 +117,8 @@ def _compile_hfield(ctx: Ctx, el):
     else:
         if nrow < 1 or ncol < 1:
             raise a.error("hfield not specified", "nrow")
+        if nrow < 2 or ncol < 2:
+            raise a.error("hfield dimensions must be at least 2", "nrow")
         if "elevation" in a:
             vals = np.asarray([float(x) for x in a.raw("elevation").split()], dtype=np.float32)
             if vals.size != nrow * ncol:

@@ -297,6 +297,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
         f64["opt"] = _option(opt, jnp.float64)
         model = Model(**f64)
         model = constants.set_const(model)
+        model = _spring_damper(ctx, model)
         for hook in ctx.post_const:
             model = hook(model)
         model = _apply_statistic(ctx, model)
@@ -311,6 +312,30 @@ def _finish(ctx: Ctx, dtype) -> Model:
             conv[name] = jnp.asarray(val, dtype=dt)
     conv["opt"] = _option(opt, dt)
     return Model(**conv)
+
+
+def _spring_damper(ctx: Ctx, model: Model) -> Model:
+    """Joint stiffness and damping from `springdamper` (time constant, damping ratio), using
+    the joint's mean inverse inertia at qpos0 (MuJoCo: AutoSpringDamper, after setConst)."""
+    import jax.numpy as jnp
+
+    from jaxsim.types import JointType
+
+    sd = ctx.joint_springdamper
+    if not any(s[0] > 0 and s[1] > 0 for s in sd):
+        return model
+    stiff = np.asarray(model.jnt_stiffness).copy()
+    damp = np.asarray(model.dof_damping).copy()
+    invw = np.asarray(model.dof_invweight0)
+    for j, (tc, dr) in enumerate(sd):
+        if tc <= 0 or dr <= 0:
+            continue
+        adr = int(model.jnt_dofadr[j])
+        n = JointType(int(model.jnt_type[j])).dof_width()
+        inertia = n / max(1e-15, float(np.sum(invw[adr:adr + n])))
+        stiff[j] = inertia / max(1e-15, tc * tc * dr * dr)
+        damp[adr:adr + n] = 2 * inertia / max(1e-15, tc)
+    return model.replace(jnt_stiffness=jnp.asarray(stiff), dof_damping=jnp.asarray(damp))
 
 
 def _static(val):

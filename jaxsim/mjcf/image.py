@@ -207,11 +207,9 @@ def _decode(data: bytes) -> _Png:
         raise ValueError("unsupported PNG compression or filter method")
     if interlace > 1:
         raise ValueError(f"invalid PNG interlace method {interlace}")
-    if ctype == _PALETTE:
-        if palette is None:
-            raise ValueError("palette PNG image has no PLTE chunk")
-        if len(palette) > (1 << depth):
-            raise ValueError("PNG palette has more entries than the bit depth allows")
+    # a palette longer than the bit depth can index is tolerated, as lodepng does
+    if ctype == _PALETTE and palette is None:
+        raise ValueError("palette PNG image has no PLTE chunk")
     if not idat:
         raise ValueError("PNG file has no IDAT chunk")
 
@@ -271,8 +269,9 @@ def read_png(data: bytes) -> np.ndarray:
       RGB and RGBA images keep their channels and stored sample values
       (uint8 for bit depths up to 8, unscaled, so a 4-bit sample is 0..15;
       uint16 for 16-bit images). Palette images are expanded to uint8 RGB, or
-      RGBA when they carry a tRNS chunk; indices beyond the palette map to
-      opaque black, as lodepng does.
+      RGBA when a tRNS chunk makes some entry translucent; indices beyond the
+      palette map to opaque black, as lodepng does. Colour-key tRNS chunks of
+      non-palette images are ignored.
 
     Raises:
       ValueError: if the data is not a well-formed PNG file.
@@ -317,9 +316,18 @@ def hfield_from_png(data: bytes) -> np.ndarray:
       image row.
 
     Raises:
-      ValueError: if the data is not a well-formed PNG file.
+      ValueError: if the data is not a well-formed PNG file, or the image has
+        fewer than 2 rows or columns (MuJoCo 4 rejects such height fields).
     """
-    return _red8(_decode(data))[::-1].astype(np.float32)
+    elev = _red8(_decode(data))[::-1].astype(np.float32)
+    _check_hfield_shape(*elev.shape)
+    return elev
+
+
+def _check_hfield_shape(nrow: int, ncol: int) -> None:
+    # MuJoCo 4 rejects height fields from files with fewer than 2 rows or columns
+    if nrow < 2 or ncol < 2:
+        raise ValueError(f"hfield dimensions must be at least 2 (got {nrow}x{ncol})")
 
 
 def hfield_from_custom(data: bytes) -> np.ndarray:
@@ -336,8 +344,8 @@ def hfield_from_custom(data: bytes) -> np.ndarray:
       (nrow, ncol) float32 array.
 
     Raises:
-      ValueError: for an empty or truncated file, non-positive dimensions or
-        a size that does not match the header (MuJoCo's checks).
+      ValueError: for an empty or truncated file, fewer than 2 rows or columns
+        or a size that does not match the header (MuJoCo's checks).
     """
     data = bytes(data)
     if not data:
@@ -345,8 +353,7 @@ def hfield_from_custom(data: bytes) -> np.ndarray:
     if len(data) < 8:
         raise ValueError("hfield missing header")
     nrow, ncol = struct.unpack_from("<ii", data, 0)
-    if nrow < 1 or ncol < 1:
-        raise ValueError(f"non-positive hfield dimensions {nrow}x{ncol}")
+    _check_hfield_shape(nrow, ncol)
     if len(data) != nrow * ncol * 4 + 8:
         raise ValueError(f"unexpected hfield file size {len(data)} for {nrow}x{ncol} "
                          f"samples (expected {nrow * ncol * 4 + 8})")

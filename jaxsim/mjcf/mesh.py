@@ -769,18 +769,16 @@ def builtin_mesh(kind: str, params) -> RawMesh:
             # new indices in MuJoCo's order first, then evaluate them at once
             cache, pairs, new_face = {}, [], []
             nv = len(vert)
-
-            def mid(a, b):
-                key = (a, b) if a < b else (b, a)
-                idx = cache.get(key)
-                if idx is None:
-                    idx = cache[key] = nv + len(pairs)
-                    pairs.append((a, b))  # argument order, as the float sum uses it
-                return idx
-
             for j in range(0, len(face), 3):
                 v1, v2, v3 = face[j:j + 3]
-                m12, m23, m31 = mid(v1, v2), mid(v2, v3), mid(v3, v1)
+                mids = []
+                for a, b in ((v1, v2), (v2, v3), (v3, v1)):
+                    key = (a, b) if a < b else (b, a)
+                    if key not in cache:
+                        cache[key] = nv + len(pairs)
+                        pairs.append((a, b))  # argument order, as the float sum uses it
+                    mids.append(cache[key])
+                m12, m23, m31 = mids
                 new_face += [v1, m12, m31, v2, m23, m12, v3, m31, m23, m12, m23, m31]
             ab = np.asarray(pairs)
             m = (vert[ab[:, 0]] + vert[ab[:, 1]]) / f(2)

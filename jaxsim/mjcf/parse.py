@@ -239,11 +239,15 @@ class Attrs:
     the attribute was given explicitly (on the element or by its default class).
     """
 
-    def __init__(self, el, decl: str, given: dict[str, str]):
+    def __init__(self, el, decl: str, given: dict[str, str],
+                 chain: list[dict[str, str]] | None = None):
         self.el, self.decl = el, decl
         self.spec = schema()[decl]["attrs"] if decl not in _BODY_ALIASES else (
             schema()["body"]["attrs"] if decl != "replicate" else schema()["replicate"]["attrs"])
         self.given = given
+        # the records that set attributes, in order (default classes, then the element):
+        # a vector given partially overwrites only the leading entries of the value so far
+        self.chain = chain if chain is not None else [given]
 
     def __contains__(self, name: str) -> bool:
         return name in self.given
@@ -258,11 +262,17 @@ class Attrs:
         base = _default_value(spec)
         if name not in self.given:
             return copy.copy(base)
-        val = _convert(spec, self.given[name])
-        if isinstance(base, np.ndarray) and isinstance(val, np.ndarray) and len(val) < len(base):
-            out = base.copy().astype(np.float64 if spec[0] != "int" else np.int64)
-            out[: len(val)] = val
-            return out
+        val = base
+        for rec in self.chain:
+            if name not in rec:
+                continue
+            new = _convert(spec, rec[name])
+            if isinstance(val, np.ndarray) and isinstance(new, np.ndarray) and len(new) < len(val):
+                out = val.copy().astype(np.float64 if spec[0] != "int" else np.int64)
+                out[: len(new)] = new
+                val = out
+            else:
+                val = new
         return val
 
     def get(self, name: str, default):
@@ -333,7 +343,10 @@ def element_attrs(el, decl: str, defaults: Defaults, cls: str, kind: str | None 
     own = {k: v for k, v in el.items() if k != SRC}
     if "class" in own:
         cls = defaults.check_class(own.pop("class"), el, "class")
-    given = defaults.merged(cls, kind or DEFAULT_KIND.get(el.tag, el.tag)) if kind != "" else {}
-    given = dict(given)
-    given.update(own)
-    return Attrs(el, decl, given)
+    chain = ([attrs for _tag, attrs in defaults.records(cls, kind or DEFAULT_KIND.get(el.tag, el.tag))]
+             if kind != "" else [])
+    chain.append(own)
+    given: dict[str, str] = {}
+    for rec in chain:
+        given.update(rec)
+    return Attrs(el, decl, given, chain)
