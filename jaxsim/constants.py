@@ -164,7 +164,7 @@ def set_const(m: Model) -> Model:
     )
     m = _eq_data(m, d)
     m = _camlight0(m, d)
-    m = _dampratio(m, d)
+    m = _dampratio(m, d, minv)
     m = _stat(m, d)
     m = _spring(m)
     return m
@@ -228,18 +228,21 @@ def _camlight0(m: Model, d: State) -> Model:
     return m
 
 
-def _dampratio(m: Model, d: State) -> Model:
-    """Turns biasprm[2] > 0 of position-like actuators (a dampratio) into -damping."""
+def _dampratio(m: Model, d: State, minv: jax.Array) -> Model:
+    """Turns biasprm[2] > 0 of position-like actuators (a dampratio) into -damping.
+
+    The mass is the inertia reflected through the transmission, 1 / (t M^-1 t'), as MuJoCo
+    4.0 computes it (older releases summed dof_M0 / t^2 instead).
+    """
     if not m.nu or not m.nv:
         return m
     gain, bias = m.actuator_gainprm, m.actuator_biasprm
     is_pid = jnp.asarray(np.asarray(m.actuator_gaintype) == GainType.PID)
     poslike = is_pid | (gain[:, 0] == -bias[:, 1])
     apply = poslike & (bias[:, 2] > 0)
-    trn2 = jnp.abs(d.actuator_moment) ** 2
-    big = trn2 > math.MINVAL
-    dof_M0 = m.dof_M0
-    mass = jnp.sum(jnp.where(big, dof_M0[None, :] / jnp.where(big, trn2, 1.0), 0.0), axis=1)
+    t = d.actuator_moment
+    tmt = jnp.einsum("uv,vw,uw->u", t, minv, t)
+    mass = 1.0 / jnp.maximum(tmt, math.MINVAL)
     kp = jnp.where(is_pid, -bias[:, 1], gain[:, 0])
     damping = bias[:, 2] * 2 * math.safe_sqrt(kp * mass)
     return m.replace(actuator_biasprm=bias.at[:, 2].set(jnp.where(apply, -damping, bias[:, 2])))

@@ -124,7 +124,7 @@ def _replicate_references(root, inside: set, suffixes: list[str]) -> None:
 
 
 def expand_all(root, compiler, source) -> None:
-    """Expands every <replicate> (innermost first) and rejects <attach> for now."""
+    """Expands every <replicate> (innermost first), then every <attach> in document order."""
     def depth(e):
         d = 0
         while e.getparent() is not None:
@@ -134,8 +134,6 @@ def expand_all(root, compiler, source) -> None:
     reps = sorted(root.iter("replicate"), key=depth, reverse=True)
     for rep in reps:
         expand_replicate(root, rep, compiler)
-    for el in root.iter("attach"):
-        raise MJCFError("<attach> is not supported by jaxsim yet", el)
-    for asset in root.iterchildren("asset"):
-        for el in asset.iterchildren("model"):
-            raise MJCFError("<model> assets (for <attach>) are not supported by jaxsim yet", el)
+    from jaxsim.mjcf.attach import expand_attach  # attach.py imports this module
+
+    expand_attach(root, compiler, source)

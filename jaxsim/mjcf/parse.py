@@ -168,6 +168,9 @@ def validate(el, decl: str, in_default: bool = False) -> None:
     for name, text in el.items():
         if name == SRC:
             continue
+        if decl == "replicate" and name == "prefix":
+            # accepted and ignored by MuJoCo (names are unaffected); nothing physical
+            continue
         spec = attrs.get(name)
         if spec is None or (in_default and (name in ("name",) or "nodefault" in spec[5])):
             raise MJCFError("unrecognized attribute", el, name)

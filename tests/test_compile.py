@@ -1,0 +1,214 @@
+"""The compiler against MuJoCo's: every model constant, field by field, on real models; the
+errors for bad input; and a fuzzer that only ever sees our error type.
+
+CI runs a representative slice of the corpus; `JAXSIM_FULL_CORPUS=1` runs every model.
+"""
+
+import os
+import pathlib
+import re
+
+import jax.numpy as jnp
+import mujoco
+import pytest
+from compare import model_errors
+from conftest import CORPUS, MODELS, gym_assets, mjx_test_data
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jaxsim
+from jaxsim import MJCFError
+
+FULL = os.environ.get("JAXSIM_FULL_CORPUS") == "1"
+
+# Features the compiler rejects with an MJCFError on purpose (the engine cannot honour them
+# yet); a model using them must raise, never load half-understood.
+REJECTED = re.compile(
+    r"flex|plugin|<attach>|<model> assets|lengthrange must be given|SO3|controls \(multi-input"
+    r"|discardvisual|sdf geoms")
+
+# A slice that exercises every compiler path, for the default (CI) run.
+SLICE = [
+    "engine/testdata/actuation/actearly.xml", "engine/testdata/actuation/dampratio.xml",
+    "engine/testdata/actuation/tendon_force_clamp.xml", "engine/testdata/armature_equivalence.xml",
+    "engine/testdata/collision_convex/box_boxmesh.xml", "engine/testdata/collision_convex/long_box.xml",
+    "engine/testdata/collision_convex/frameless_contact_hfield.xml",
+    "engine/testdata/collisions.xml", "engine/testdata/connect.xml",
+    "engine/testdata/core_smooth/tendon_wrap_cylinder.xml", "engine/testdata/core_smooth/ten_J3.xml",
+    "engine/testdata/core_smooth/ten_armature_4.xml", "engine/testdata/derivative/linear.xml",
+    "engine/testdata/ellipsoidinertia.xml", "engine/testdata/equality_site.xml",
+    "engine/testdata/weld.xml", "engine/testdata/spin_recoil.xml",
+    "engine/testdata/tendon_springlength.xml", "engine/testdata/sensor/contact_net.xml",
+    "user/testdata/auto_limits.xml", "user/testdata/capsule_inertia.xml",
+    "user/testdata/fitmesh_aabb.xml", "user/testdata/frame1.xml", "user/testdata/frame2.xml",
+    "user/testdata/hfield_png.xml", "user/testdata/inertia_shell.xml", "user/testdata/keyframe.xml",
+    "user/testdata/torus_maxhullvert.xml", "xml/testdata/child.xml",
+    "engine/testdata/collision_primitive/spheres_cylinders.xml",
+]
+
+
+def _loads_in_mujoco(path: pathlib.Path) -> bool:
+    try:
+        mujoco.MjModel.from_xml_path(str(path))
+        return True
+    except Exception:  # noqa: BLE001 -- an include fragment or an invalid model
+        return False
+
+
+def _corpus_models():
+    paths = []
+    if CORPUS.exists():
+        if FULL:
+            paths += sorted(CORPUS.rglob("*.xml"))
+        else:
+            paths += [CORPUS / p for p in SLICE if (CORPUS / p).exists()]
+    for extra in (gym_assets(), mjx_test_data()):
+        if extra is not None:
+            found = sorted(extra.rglob("*.xml"))
+            paths += found if FULL else found[:: max(1, len(found) // 8)]
+    paths += sorted(MODELS.glob("*.xml"))
+    return paths
+
+
+CASES = _corpus_models()
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
+def test_model_constants_match_mujoco(path):
+    if not _loads_in_mujoco(path):
+        # MuJoCo rejects it (invalid on purpose) or it is an include fragment: ours must
+        # reject it too, with our error type
+        with pytest.raises(MJCFError):
+            jaxsim.load(path, dtype=jnp.float64)
+        return
+    ref = mujoco.MjModel.from_xml_path(str(path))
+    try:
+        ours = jaxsim.load(path, dtype=jnp.float64)
+    except MJCFError as e:
+        assert REJECTED.search(str(e)), f"unexpected rejection: {e}"
+        return
+    assert model_errors(ours, ref) == []
+
+
+def test_mujoco_invalid_models_raise():
+    if not CORPUS.exists():
+        pytest.skip("corpus not available")
+    invalid = [p for p in sorted(CORPUS.rglob("*.xml")) if "malformed" in p.name]
+    assert invalid
+    for p in invalid:
+        assert not _loads_in_mujoco(p)
+        with pytest.raises(MJCFError):
+            jaxsim.load(p, dtype=jnp.float64)
+
+
+# ------------------------------------------------------------------------------- errors
+
+GOOD = """<mujoco>
+  <worldbody>
+    <body name="b" pos="0 0 1">
+      <joint name="j" type="hinge"/>
+      <geom type="capsule" size=".1 .2"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="j"/></actuator>
+</mujoco>
+"""
+
+
+def _err(xml, assets=None) -> MJCFError:
+    with pytest.raises(MJCFError) as info:
+        jaxsim.load_string(xml, assets=assets)
+    return info.value
+
+
+def test_good_model_loads():
+    m = jaxsim.load_string(GOOD)
+    assert (m.nbody, m.njnt, m.nu) == (2, 1, 1)
+
+
+def test_malformed_xml_names_line():
+    e = _err(GOOD.replace("</body>", "</bod>"))
+    assert e.line == 7 and "malformed XML" in str(e)
+
+
+def test_unknown_attribute_names_element_attribute_line():
+    e = _err(GOOD.replace('type="hinge"', 'type="hinge" stifness="3"'))
+    assert e.attribute == "stifness" and e.line == 4 and "joint" in str(e.element)
+    assert "stifness" in str(e) and ":4" in str(e)
+
+
+def test_unknown_element():
+    e = _err(GOOD.replace("<geom ", "<gem "))
+    assert "gem" in str(e) and e.line == 5
+
+
+def test_bad_reference():
+    e = _err(GOOD.replace('joint="j"', 'joint="nope"'))
+    assert "nope" in str(e) and e.attribute == "joint" and e.line == 8
+
+
+def test_bad_value():
+    e = _err(GOOD.replace('size=".1 .2"', 'size=".1 abc"'))
+    assert e.attribute == "size" and "abc" in str(e)
+    e = _err(GOOD.replace('type="hinge"', 'type="hing"'))
+    assert e.attribute == "type"
+
+
+def test_missing_mesh_file_names_file(tmp_path):
+    xml = """<mujoco><asset><mesh name="m" file="missing.stl"/></asset>
+      <worldbody><geom type="mesh" mesh="m"/></worldbody></mujoco>"""
+    path = tmp_path / "model.xml"
+    path.write_text(xml)
+    with pytest.raises(MJCFError) as info:
+        jaxsim.load(path)
+    assert "missing.stl" in str(info.value) and info.value.line == 1
+
+
+def test_error_in_included_file_names_that_file(tmp_path):
+    (tmp_path / "part.xml").write_text(
+        "<mujoco>\n<worldbody>\n<body><geom size='1' bogus='2'/></body>\n</worldbody>\n</mujoco>")
+    (tmp_path / "main.xml").write_text("<mujoco>\n<include file='part.xml'/>\n</mujoco>")
+    with pytest.raises(MJCFError) as info:
+        jaxsim.load(tmp_path / "main.xml")
+    assert info.value.file.endswith("part.xml") and info.value.line == 3
+
+
+def test_unsupported_feature_is_rejected_not_ignored():
+    xml = """<mujoco><worldbody><flexcomp name="f" type="grid" count="2 2 1" spacing=".1 .1 .1"
+      dim="2"/></worldbody></mujoco>"""
+    e = _err(xml)
+    assert "flexcomp" in str(e)
+
+
+def test_replicate_matches_mujoco():
+    xml = """<mujoco><worldbody>
+      <replicate count="3" offset="1 0 0" euler="0 0 30" sep="-">
+        <body name="b" pos="0 0 1"><joint name="j"/><geom name="g" size=".1"/></body>
+      </replicate></worldbody>
+      <actuator><motor name="m" joint="j"/></actuator>
+      <sensor><jointpos joint="j"/></sensor></mujoco>"""
+    ours = jaxsim.load_string(xml, dtype=jnp.float64)
+    ref = mujoco.MjModel.from_xml_string(xml)
+    assert model_errors(ours, ref) == []
+    assert ours.names[int(jaxsim.ObjType.ACTUATOR)] == ("m-0", "m-1", "m-2")
+
+
+# --------------------------------------------------------------------------------- fuzz
+
+_TOKENS = ["<", ">", "/>", "</body>", "<body>", "<geom/>", '"', "=", "size", "joint",
+           "type", "inf", "nan", "-1", "1e400", "&amp;", "<!--", "class", "<default>",
+           "<include file='x'/>", "mesh", "<replicate count='2'>", "euler", "quat", "0 0 0 0"]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(GOOD)), st.sampled_from(_TOKENS + [""]),
+                          st.integers(0, 5)), max_size=4))
+def test_fuzzed_input_raises_only_our_error(edits):
+    text = GOOD
+    for pos, token, cut in edits:
+        pos = min(pos, len(text))
+        text = text[:pos] + token + text[pos + cut:]
+    try:
+        jaxsim.load_string(text)
+    except MJCFError:
+        pass
