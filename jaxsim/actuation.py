@@ -24,8 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math
-from jaxsim.types import (BiasType, DisableBit, DynType, GainType, JointType, Model, ObjType,
-                          State, TrnType)
+from jaxsim.types import (
+    BiasType,
+    DisableBit,
+    DynType,
+    GainType,
+    JointType,
+    Model,
+    ObjType,
+    State,
+    TrnType,
+)
 
 MAXVAL = 1e10  # mjMAXVAL: larger controls are "bad" (mju_isBad)
 
@@ -315,7 +324,7 @@ def actuation(m: Model, d: State) -> State:
             safe = jnp.where(total == 0, 1.0, total)
             scale = jnp.where(total < lo, lo / safe, jnp.where(total > hi, hi / safe, 1.0))
             scale = jnp.where(total == 0, 1.0, scale)
-            force = force.at[sel].multiply(scale)
+            force = force.at[sel].set(force[sel] * scale)
 
     # actuator force range
     flim = np.asarray(m.actuator_forcelimited, bool)

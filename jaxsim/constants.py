@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, smooth
+# jnp and jax run on numpy inside hostnp.host_backend() (the compiler's float64 pass)
+from jaxsim.hostnp import jax, jnp
 from jaxsim.types import (
     Contact,
     EqType,
@@ -262,7 +262,8 @@ def _stat(m: Model, d: State) -> Model:
         )
         rb = jnp.where(jnp.asarray(gtype == GeomType.PLANE), plane, 0.0)
         if m.nhfield:
-            hid = np.clip(np.asarray(m.geom_dataid), 0, None)
+            # dataid of non-hfield geoms (meshes, -1) is discarded below; keep it in range
+            hid = np.clip(np.asarray(m.geom_dataid), 0, m.nhfield - 1)
             hmax = jnp.max(m.hfield_size, axis=1)[hid] * 0.1
             rb = jnp.where(jnp.asarray(gtype == GeomType.HFIELD), hmax, rb)
         rb = jnp.where(m.geom_rbound > 0, m.geom_rbound, rb)

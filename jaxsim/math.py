@@ -11,8 +11,8 @@ value, the branch not taken is fed finite inputs so its gradient cannot turn int
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+# jnp and jax run on numpy inside hostnp.host_backend() (the compiler's float64 pass)
+from jaxsim.hostnp import jax, jnp
 
 # MuJoCo's mjMINVAL: the smallest value it treats as non-zero.
 MINVAL = 1e-15
@@ -346,7 +346,9 @@ def _wrap_inside(end, radius):
         bad = df > -MINVAL
         z1 = z - f / jnp.where(bad, -1.0, df)
         bad |= z1 > z
-        z1 = jnp.clip(z1, -1.0, 1.0)
+        # keep asin off +-1, where its derivative is infinite (MuJoCo's own path stays
+        # strictly inside; steps that leave it are rejected as bad anyway)
+        z1 = jnp.clip(z1, -1.0 + 1e-12, 1.0 - 1e-12)
         f1 = fun(z1)
         bad |= f1 > tol
         # MuJoCo's loop counter reaches maxiter when the last step converges: no credit

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, scan
-from jaxsim.types import DisableBit, JointType, Model, State, TrnType
+from jaxsim.types import DisableBit, GeomType, JointType, Model, State, TrnType
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -77,8 +77,8 @@ def apply_ft(m: Model, d: State, force: jax.Array, torque: jax.Array, point: jax
       (nv,) the sum over k of J(body_k, point_k)' [force_k; torque_k].
 
     Instead of one Jacobian per point, each wrench is moved to the com of its tree
-    (subtree_com of the root, the point cdof refers to), summed over subtrees, and
-    projected on cdof: O(nbody + nv) rather than O(k nv).
+    (subtree_com of the root, the point cdof refers to), summed per body, and projected on
+    the cdof of every dof that moves the body: one (nbody, 6) x (6, nv) product.
     """
     dt = _dtype(m)
     if not m.nv:
@@ -87,8 +87,8 @@ def apply_ft(m: Model, d: State, force: jax.Array, torque: jax.Array, point: jax
     ref = d.subtree_com[_np(m.body_rootid)[body]]
     wrench = jnp.concatenate([torque + jnp.cross(point - ref, force), force], axis=-1)
     acc = jnp.zeros((m.nbody, 6), dt).at[body].add(wrench)
-    acc = scan.subtree_sum(m.body_parentid, acc)
-    return jnp.sum(d.cdof * acc[_np(m.dof_bodyid)], axis=-1)
+    mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid), dt)
+    return jnp.sum(mask * (acc @ d.cdof.T), axis=0)
 
 
 def object_velocity(d: State, body: np.ndarray, pos: jax.Array, mat: jax.Array,
@@ -231,8 +231,6 @@ def _inertia_box(m: Model, d: State, bodies: np.ndarray) -> tuple[jax.Array, jax
 
 def _semi_axes(m: Model) -> jax.Array:
     """Semi-axes of each geom's equivalent ellipsoid (mju_geomSemiAxes)."""
-    from jaxsim.types import GeomType
-
     size = m.geom_size
     gt = _np(m.geom_type)[:, None]
     r = size[:, :1]
@@ -244,7 +242,7 @@ def _semi_axes(m: Model) -> jax.Array:
     return jnp.where(gt == GeomType.CYLINDER, cylinder, out)
 
 
-def _ellipsoid(m: Model, d: State) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _ellipsoid(m: Model, d: State) -> tuple[jax.Array, jax.Array]:
     """Per-geom global force/torque of the ellipsoid fluid model (mj_ellipsoidFluidModel).
 
     Added-mass forces (mj_addedMassForces without the acceleration term, as in MuJoCo),
@@ -314,7 +312,7 @@ def _ellipsoid(m: Model, d: State) -> tuple[jax.Array, jax.Array, jax.Array]:
     force = force * coef[:, None]
     gforce = jnp.einsum("kij,kj->ki", d.geom_xmat, force)
     gtorque = jnp.einsum("kij,kj->ki", d.geom_xmat, torque)
-    return gforce, gtorque, coef
+    return gforce, gtorque
 
 
 def fluid(m: Model, d: State) -> jax.Array:
@@ -339,7 +337,7 @@ def fluid(m: Model, d: State) -> jax.Array:
 
     if m.ngeom:
         gb = _np(m.geom_bodyid)
-        gf, gt, _ = _ellipsoid(m, d)
+        gf, gt = _ellipsoid(m, d)
         keep = ((m.body_mass[gb] >= math.MINVAL) & use_ell[gb] & (gb > 0))[:, None]
         gf = jnp.where(keep, gf, 0.0)
         gt = jnp.where(keep, gt, 0.0)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-import jax
 import numpy as np
+
+# jax.tree_util on numpy leaves inside hostnp.host_backend() (the compiler's float64 pass)
+from jaxsim.hostnp import jax
 
 
 @functools.lru_cache(maxsize=256)

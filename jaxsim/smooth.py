@@ -20,12 +20,12 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math
 from jaxsim import scan
+# jnp and jax run on numpy inside hostnp.host_backend() (the compiler's float64 pass)
+from jaxsim.hostnp import jax, jnp
 from jaxsim.types import CamLight, JointType, Model, State, TrnType, WrapType
 
 # ---------------------------------------------------------------------------- helpers

@@ -780,7 +780,8 @@ class Contact(Struct):
 
     @classmethod
     def zeros(cls, ncon: int, dtype) -> Contact:
-        import jax.numpy as jnp
+        # numpy inside hostnp.host_backend(): set_const builds its State with this
+        from jaxsim.hostnp import jnp
 
         f = lambda *s: jnp.zeros(s, dtype)  # noqa: E731
         frame = jnp.tile(jnp.eye(3, dtype=dtype), (ncon, 1, 1))

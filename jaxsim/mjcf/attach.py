@@ -29,8 +29,16 @@ from lxml import etree
 
 from jaxsim.mjcf import spatial
 from jaxsim.mjcf.errors import MJCFError
-from jaxsim.mjcf.parse import (ACTUATOR_TAGS, SRC, Defaults, Source, element_attrs, read_tree,
-                               schema, validate)
+from jaxsim.mjcf.parse import (
+    ACTUATOR_TAGS,
+    SRC,
+    Defaults,
+    Source,
+    element_attrs,
+    read_tree,
+    schema,
+    validate,
+)
 
 # class name for the parent's main defaults once they are isolated from attached classes
 _PARENT_MAIN = "__jaxsim_parent_main__"
@@ -161,8 +169,6 @@ def _prefix_all(el, prefix: str, assets: bool = True) -> None:
         for attr in _REFS:
             v = e.get(attr)
             if not v or (not assets and attr in _ASSET_REFS):
-                continue
-            if e.tag == "attach" or (attr == "texture" and e.tag in ("layer",)) and not assets:
                 continue
             e.set(attr, prefix + v)
 
@@ -353,8 +359,8 @@ def _memory(text: str) -> int:
 
 def _fmt(v) -> str:
     if isinstance(v, np.ndarray):
-        return " ".join("%g" % x for x in v)
-    return "%g" % v if isinstance(v, float) else str(v)
+        return " ".join(f"{x:g}" for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _resolve_conflicts(att, parent: _Globals, child: _Globals, mode: str, pname: str,
@@ -545,7 +551,7 @@ def _actuators(root) -> list:
             if e.tag in ACTUATOR_TAGS or e.tag == "plugin"]
 
 
-def _read_child_keys(croot, att_el) -> list:
+def _read_child_keys(croot) -> list:
     """The child's keyframes as per-joint / per-actuator values (MuJoCo's SaveState)."""
     keys = [k for sec in croot.iterchildren("keyframe") for k in sec]
     for sec in list(croot.iterchildren("keyframe")):
@@ -654,7 +660,7 @@ class _Child:
         expand_all(root, self.compiler, csource)
         _fix_files(root, self.compiler, sub, source)
         self.name = el.get("name") or root.get("model") or "MuJoCo Model"
-        self.keys = _read_child_keys(root, el)
+        self.keys = _read_child_keys(root)
         self.globals = _Globals(root)
         self.root = root
 
@@ -742,8 +748,9 @@ def expand_attach(root, compiler, source) -> None:
             for mark in (_JK, _AK):
                 if e.get(mark) is not None:
                     e.set(mark, f"{n}:{e.get(mark)}")
+        _bind_classes(croot, lambda v: v)  # explicit classes first: units read them
         _convert_units(croot, child.compiler, compiler)
-        _bind_classes(croot, lambda v: prefix + v)
+        _bind_classes(croot, lambda v, p=prefix: p + v)
         defs = _child_defaults(croot, prefix)
         _prefix_all(croot, prefix)
         _prefix_all(defs, prefix)

@@ -249,10 +249,9 @@ def _shape(spec: str, sizes: dict) -> tuple:
 
 
 def _finish(ctx: Ctx, dtype) -> Model:
-    import jax
     import jax.numpy as jnp
 
-    from jaxsim import constants
+    from jaxsim import constants, hostnp
 
     out = ctx.out
     # counts of sections not filled by a pass
@@ -284,41 +283,53 @@ def _finish(ctx: Ctx, dtype) -> Model:
     fields["names"] = tuple(tuple(ctx.names[int(t)]) for t in ObjType)
     fields["model_name"] = ctx.model_name
     fields["text_data"] = tuple(out.get("text_data", ()))
-    # derived constants in float64, whatever the user's dtype
-    with jax.enable_x64(True):
-        f64 = {}
-        for name, val in fields.items():
-            meta = info.get(name)
-            if meta is None or meta["static"]:
-                f64[name] = _static(val)
-            else:
-                f64[name] = jnp.asarray(val, dtype=jnp.float64)
-        opt = ctx.option
-        f64["opt"] = _option(opt, jnp.float64)
-        model = Model(**f64)
+    # derived constants in float64, whatever the user's dtype. set_const is JAX code; run
+    # eagerly on JAX it would compile every distinct primitive on first use (tens of
+    # seconds for a new model shape), so it runs on the numpy backend with host leaves
+    f64 = {}
+    for name, val in fields.items():
+        meta = info.get(name)
+        if meta is None or meta["static"]:
+            f64[name] = _static(val)
+        else:
+            f64[name] = hostnp.asarray(val, dtype=np.float64)
+    opt = ctx.option
+    f64["opt"] = _option(opt, np.float64, hostnp.asarray)
+    model = Model(**f64)
+    with hostnp.host_backend():
         model = constants.set_const(model)
         model = _spring_damper(ctx, model)
         for hook in ctx.post_const:
             model = hook(model)
         model = _apply_statistic(ctx, model)
-        host = {name: (np.asarray(getattr(model, name)) if not info[name]["static"] else
-                       getattr(model, name)) for name in info if name != "opt"}
     dt = jnp.dtype(dtype) if dtype is not None else jnp.float32
     conv = {}
-    for name, val in host.items():
+    for name in info:
+        if name == "opt":
+            continue
+        val = getattr(model, name)
         if info[name]["static"]:
             conv[name] = val
         else:
-            conv[name] = jnp.asarray(val, dtype=dt)
-    conv["opt"] = _option(opt, dt)
+            conv[name] = _to_device(val, dt)
+    conv["opt"] = _option(opt, dt, _to_device)
     return Model(**conv)
+
+
+def _to_device(val, dtype):
+    """A host value as a JAX array of `dtype`, cast on the host.
+
+    jax.device_put only copies; jnp.asarray would compile a small program per shape and
+    dtype (about 20 ms each, a second or more per model).
+    """
+    import jax
+
+    return jax.device_put(np.asarray(val, dtype=dtype))
 
 
 def _spring_damper(ctx: Ctx, model: Model) -> Model:
     """Joint stiffness and damping from `springdamper` (time constant, damping ratio), using
     the joint's mean inverse inertia at qpos0 (MuJoCo: AutoSpringDamper, after setConst)."""
-    import jax.numpy as jnp
-
     from jaxsim.types import JointType
 
     sd = ctx.joint_springdamper
@@ -335,7 +346,7 @@ def _spring_damper(ctx: Ctx, model: Model) -> Model:
         inertia = n / max(1e-15, float(np.sum(invw[adr:adr + n])))
         stiff[j] = inertia / max(1e-15, tc * tc * dr * dr)
         damp[adr:adr + n] = 2 * inertia / max(1e-15, tc)
-    return model.replace(jnt_stiffness=jnp.asarray(stiff), dof_damping=jnp.asarray(damp))
+    return model.replace(jnt_stiffness=stiff, dof_damping=damp)
 
 
 def _static(val):
@@ -348,24 +359,21 @@ def _static(val):
     return val
 
 
-def _option(o: dict, dt) -> Option:
-    import jax.numpy as jnp
-
+def _option(o: dict, dt, asarray) -> Option:
+    """Option from the parsed settings; `asarray(value, dtype=dt)` makes the leaves."""
     kw = {}
     for name, meta in Option.field_info().items():
         v = o[name]
-        kw[name] = int(v) if meta["static"] else jnp.asarray(v, dtype=dt)
+        kw[name] = int(v) if meta["static"] else asarray(v, dtype=dt)
     return Option(**kw)
 
 
 def _apply_statistic(ctx: Ctx, model: Model) -> Model:
-    import jax.numpy as jnp
-
     s = ctx.statistic
     kw = {}
     for k in ("meaninertia", "meanmass", "meansize", "extent"):
         if k in s:
-            kw[f"stat_{k}"] = jnp.asarray(s[k], dtype=jnp.float64)
+            kw[f"stat_{k}"] = np.asarray(s[k], dtype=np.float64)
     if "center" in s:
-        kw["stat_center"] = jnp.asarray(s["center"], dtype=jnp.float64)
+        kw["stat_center"] = np.asarray(s["center"], dtype=np.float64)
     return model.replace(**kw) if kw else model
