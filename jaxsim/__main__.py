@@ -14,7 +14,8 @@ def _check(path: str) -> int:
     import numpy as np
 
     import jaxsim
-    from jaxsim.types import GeomType, JointType, ObjType
+    from jaxsim.types import BiasType, GainType, GeomType, Integrator, JointType, ObjType, \
+        Solver, TrnType
 
     t0 = time.perf_counter()
     try:
@@ -29,7 +30,8 @@ def _check(path: str) -> int:
             "ntendon", "neq", "nsensor", "nkey", "nmocap")
     print("sizes: " + ", ".join(f"{k}={sizes[k]}" for k in keys))
     print(f"total mass {float(np.sum(np.asarray(m.body_mass))):.4g}, timestep "
-          f"{float(m.opt.timestep):g}, integrator {m.opt.integrator}, solver {m.opt.solver}")
+          f"{float(m.opt.timestep):g}, integrator {Integrator(m.opt.integrator).name}, "
+          f"solver {Solver(m.opt.solver).name}")
     print("bodies:")
     for i in range(1, m.nbody):
         joints = [f"{JointType(int(m.jnt_type[j])).name.lower()} '{m.id2name(ObjType.JOINT, j)}'"
@@ -42,10 +44,13 @@ def _check(path: str) -> int:
     if m.nu:
         print("actuators:")
         for i in range(m.nu):
-            print(f"  {i:3d} {m.id2name(ObjType.ACTUATOR, i) or '(unnamed)':20s} trntype "
-                  f"{int(m.actuator_trntype[i])} gain {int(m.actuator_gaintype[i])} bias "
-                  f"{int(m.actuator_biastype[i])} ctrlrange "
-                  f"{np.asarray(m.actuator_ctrlrange[i]).tolist()}")
+            lo, hi = (float(x) for x in m.actuator_ctrlrange[i])
+            print(f"  {i:3d} {m.id2name(ObjType.ACTUATOR, i) or '(unnamed)':20s} "
+                  f"{TrnType(int(m.actuator_trntype[i])).name.lower()} -> "
+                  f"{m.id2name(ObjType.JOINT, int(m.actuator_trnid[i, 0])) if m.actuator_trntype[i] < 2 else int(m.actuator_trnid[i, 0])}"
+                  f"  gain {GainType(int(m.actuator_gaintype[i])).name.lower()}"
+                  f"  bias {BiasType(int(m.actuator_biastype[i])).name.lower()}"
+                  f"  ctrlrange [{lo:.4g}, {hi:.4g}]")
     print("unsupported features: none (the compiler rejects any it cannot honour)")
     return 0
 

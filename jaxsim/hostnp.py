@@ -258,6 +258,23 @@ def _einsum(subscripts, *operands, **kwargs):
     return _wrap(np.einsum(subscripts, *operands, **kwargs))
 
 
+def _cholesky(a, **kwargs) -> HostArray:
+    """Lower Cholesky factor; like JAX, NaNs (not an exception) where `a` is not PD."""
+    a = np.asarray(a)
+    try:
+        return _wrap(np.linalg.cholesky(a, **kwargs))
+    except np.linalg.LinAlgError:
+        pass
+    flat = a.reshape((-1,) + a.shape[-2:])
+    out = np.empty(flat.shape, np.result_type(a, np.float32))
+    for k, mat in enumerate(flat):
+        try:
+            out[k] = np.linalg.cholesky(mat, **kwargs)
+        except np.linalg.LinAlgError:
+            out[k] = np.where(np.tri(len(mat), dtype=bool), np.nan, 0.0)
+    return _wrap(out.reshape(a.shape))
+
+
 def _fori_loop(lower, upper, body_fun, init_val):
     val = init_val
     for i in range(int(lower), int(upper)):
@@ -319,7 +336,7 @@ host_numpy = _Namespace(
         ),
         "einsum": _einsum,
         "ndarray": np.ndarray,
-        "linalg": _Namespace("jax.numpy.linalg", np.linalg, {}),
+        "linalg": _Namespace("jax.numpy.linalg", np.linalg, {"cholesky": _cholesky}),
     },
 )
 
