@@ -3,8 +3,8 @@
 `set_const(m) -> m` is traceable (jit, vmap, grad pass through it), so randomising or
 differentiating a mass or a length can refresh the derived quantities that the dynamics
 read (`dof_invweight0` scales constraint regularisation, `actuator_acc0` and `dof_M0`
-enter the compiler's defaults, ...). It also runs eagerly; the MJCF compiler calls it once
-in float64 on the host.
+enter the compiler's defaults, ...). The MJCF compiler runs the same code once per model in
+float64 on numpy (`jaxsim.hostnp.host_backend`), which avoids compiling each JAX primitive.
 
 Not recomputed here: flex quantities, sleep policies, sameframe flags, tree ids and the
 other integer structure (static, the compiler's job), and actuator_lengthrange (mj_setLengthRange).
@@ -17,8 +17,7 @@ import dataclasses
 import numpy as np
 
 from jaxsim import math, smooth
-# jnp and jax run on numpy inside hostnp.host_backend() (the compiler's float64 pass)
-from jaxsim.hostnp import jax, jnp
+from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import (
     Contact,
     EqType,

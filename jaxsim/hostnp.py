@@ -135,7 +135,7 @@ def _drop_oob(shape: tuple, idx, values):
     arrs = np.broadcast_arrays(*arrs)
     ok = np.ones(arrs[0].shape if arrs else (), bool)
     fixed = []
-    for a, n in zip(arrs, shape):
+    for a, n in zip(arrs, shape[:len(arrs)], strict=True):
         a = np.where(a < 0, a + n, a)
         ok &= (a >= 0) & (a < n)
         fixed.append(a)
@@ -158,11 +158,14 @@ class _AtIndex:
         idx = self._idx if isinstance(self._idx, tuple) else (self._idx,)
         if not all(isinstance(i, (int, np.integer, np.ndarray)) for i in idx):
             raise NotImplementedError("host .at[...].get(mode=...) takes integer indices")
-        arrs = [np.asarray(i) for i in idx]
-        n = self._a.shape
-        norm = [np.where(a < 0, a + s, a) for a, s in zip(arrs, n)]
-        ok = functools.reduce(np.logical_and, [(a >= 0) & (a < s) for a, s in zip(norm, n)])
-        out = self._a[tuple(np.clip(a, 0, s - 1) for a, s in zip(norm, n))]
+        sizes = self._a.shape[: len(idx)]
+        ok, clipped = np.True_, []
+        for i, n in zip(idx, sizes, strict=True):
+            i = np.asarray(i)
+            i = np.where(i < 0, i + n, i)
+            ok = ok & (i >= 0) & (i < n)
+            clipped.append(np.clip(i, 0, n - 1))
+        out = self._a[tuple(clipped)]
         if mode == "clip":
             return _wrap(out)
         if mode == "fill":

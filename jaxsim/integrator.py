@@ -197,10 +197,11 @@ def damping_vel_deriv(m: Model, d: State) -> jax.Array:
 
 
 def _free_bodies(m: Model) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate standalone free bodies: a single free joint, alone in a 6-dof tree.
+    """Standalone free bodies: a single free joint, alone in a 6-dof tree (mj_isFreeBody).
 
-    Returns (body ids, first dof of each). MuJoCo also requires subtreemass == mass (no
-    massive child); that test is on values and is applied where these are used.
+    Returns (body ids, first dof of each). Welded children are allowed: MuJoCo 4.0.0 treats
+    such trees as free bodies too (probed: its free-body solve then matches the exact
+    derivative of the whole tree's bias force, which is what is used here).
     """
     jntnum, jntadr = _np(m.body_jntnum), _np(m.body_jntadr)
     jt = _np(m.jnt_type)
@@ -216,14 +217,12 @@ def _free_bodies(m: Model) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(bodies, np.int64), np.asarray(dofs, np.int64)
 
 
-def _free_dof_mask(m: Model) -> jax.Array:
-    """(nv,) bool: dof belongs to a standalone free body (value test included)."""
-    bodies, dofs = _free_bodies(m)
-    mask = jnp.zeros(m.nv, bool)
-    if len(bodies):
-        free = m.body_subtreemass[bodies] == m.body_mass[bodies]
-        idx = dofs[:, None] + np.arange(6)
-        mask = mask.at[idx].set(jnp.broadcast_to(free[:, None], idx.shape))
+def _free_dof_mask(m: Model) -> np.ndarray:
+    """(nv,) bool: dof belongs to a standalone free body."""
+    _, dofs = _free_bodies(m)
+    mask = np.zeros(m.nv, bool)
+    if len(dofs):
+        mask[dofs[:, None] + np.arange(6)] = True
     return mask
 
 
@@ -255,7 +254,7 @@ def qderiv(m: Model, d: State, flg_bias: bool) -> jax.Array:
         Df = jax.jacfwd(fluid)(d.qvel)
         if m.opt.integrator == Integrator.IMPLICITFAST:
             free = _free_dof_mask(m)
-            keep = free[:, None] & free[None, :]
+            keep = jnp.asarray(free[:, None] & free[None, :])
             Df = jnp.where(keep, Df, 0.5 * (Df + Df.T))
         D = D + Df
     if flg_bias:
@@ -309,7 +308,7 @@ def implicit(m: Model, d: State) -> State:
     bodies, dofs = _free_bodies(m)
     if len(bodies):
         free = _free_dof_mask(m)
-        H = jnp.where(free[:, None] | free[None, :], d.qM, H)
+        H = jnp.where(jnp.asarray(free[:, None] | free[None, :]), d.qM, H)
     qacc = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(H), True), qfrc)
     if len(bodies):
         idx = dofs[:, None] + np.arange(6)  # (k, 6)
@@ -327,7 +326,7 @@ def implicit(m: Model, d: State) -> State:
         cols = idx[:, None, :]
         A = d.qM[rows, cols] - h * D[rows, cols] + h * blk
         x = jnp.linalg.solve(A, qfrc[idx][..., None])[..., 0]
-        qacc = qacc.at[idx].set(jnp.where(free[idx], x, qacc[idx]))
+        qacc = qacc.at[idx].set(x)
     return advance(m, d, d.act_dot, qacc)
 
 
@@ -336,34 +335,55 @@ _RK4_A = ((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0))
 _RK4_B = (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)
 
 
+def _rot_dofs(m: Model) -> np.ndarray:
+    """(k, 3) dof ids of the rotational velocities of ball and free joints."""
+    jt, da = _np(m.jnt_type), _np(m.jnt_dofadr)
+    starts = np.concatenate([da[jt == JointType.BALL], da[jt == JointType.FREE] + 3])
+    return np.sort(starts)[:, None] + np.arange(3)
+
+
+def _dexpinv(theta: jax.Array, k: jax.Array) -> jax.Array:
+    """Runge-Kutta-Munthe-Kaas correction of a local angular velocity k at the rotation
+    theta of its stage: k + theta x k / 2 + theta x (theta x k) / 12."""
+    c = jnp.cross(theta, k)
+    return k + 0.5 * c + jnp.cross(theta, c) / 12.0
+
+
 def rungekutta4(m: Model, d: State) -> State:
     """Explicit 4th-order Runge-Kutta. MuJoCo: mj_RungeKutta(m, d, 4).
 
     Stage i sets qpos = qpos0 (+) h sum_j A_ij qvel_j (through integrate_pos), qvel and act
     by the same combination of qacc_j and act_dot_j (plain Euler, no clamping), time =
-    time0 + C_i h, then reruns the whole forward pass (sensors aside). The final update is
-    mj_advance with the B-weighted act_dot, qacc and qvel, from the initial state; the
-    derived fields left in the state are those of the last stage, as in MuJoCo.
+    time0 + C_i h, then reruns the whole forward pass (sensors aside). For the rotations of
+    ball and free joints, each stage velocity is first corrected by the stage's rotation
+    (Runge-Kutta-Munthe-Kaas, as MuJoCo 4.0), so orientations are 4th-order accurate. The
+    final update is mj_advance with the B-weighted act_dot, qacc and (corrected) qvel, from
+    the initial state; derived fields left in the state are those of the last stage.
     """
     from jaxsim.forward import forward_skip
 
     h = m.opt.timestep
     t0, q0, v0, a0 = d.time, d.qpos, d.qvel, d.act
-    X = [(v0,)]
+    rot = _rot_dofs(m)
+    vel = [v0]  # stage velocities, rotations RKMK-corrected
     F = [(d.qacc, d.act_dot)]
 
     def comb(coef):
-        dq = sum(c * x[0] for c, x in zip(coef, X) if c)
+        dq = sum(c * v for c, v in zip(coef, vel) if c)
         dv = sum(c * f[0] for c, f in zip(coef, F) if c)
         da = sum(c * f[1] for c, f in zip(coef, F) if c)
         return dq, dv, da
 
-    for i, row in enumerate(_RK4_A):
+    for row in _RK4_A:
         dq, dv, da = comb(row)
         d = d.replace(qpos=integrate_pos(m, q0, dq, h), qvel=v0 + h * dv, act=a0 + h * da,
                       time=t0 + sum(row) * h)
         d = forward_skip(m, d, skipsensor=True)
-        X.append((d.qvel,))
+        v = d.qvel
+        if rot.size:
+            th = h * dq[rot]
+            v = v.at[rot].set(_dexpinv(th, v[rot]))
+        vel.append(v)
         F.append((d.qacc, d.act_dot))
     dq, dv, da = comb(_RK4_B)
     d = d.replace(time=t0, qpos=q0, qvel=v0, act=a0)

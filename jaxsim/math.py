@@ -11,8 +11,7 @@ value, the branch not taken is fed finite inputs so its gradient cannot turn int
 
 from __future__ import annotations
 
-# jnp and jax run on numpy inside hostnp.host_backend() (the compiler's float64 pass)
-from jaxsim.hostnp import jax, jnp
+from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 
 # MuJoCo's mjMINVAL: the smallest value it treats as non-zero.
 MINVAL = 1e-15

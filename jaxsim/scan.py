@@ -12,8 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-# jax.tree_util on numpy leaves inside hostnp.host_backend() (the compiler's float64 pass)
-from jaxsim.hostnp import jax
+from jaxsim.hostnp import jax  # numpy inside hostnp.host_backend(), see there
 
 
 @functools.lru_cache(maxsize=256)

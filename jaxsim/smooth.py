@@ -24,8 +24,7 @@ import numpy as np
 
 from jaxsim import math
 from jaxsim import scan
-# jnp and jax run on numpy inside hostnp.host_backend() (the compiler's float64 pass)
-from jaxsim.hostnp import jax, jnp
+from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import CamLight, JointType, Model, State, TrnType, WrapType
 
 # ---------------------------------------------------------------------------- helpers

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -249,6 +250,7 @@ def _shape(spec: str, sizes: dict) -> tuple:
 
 
 def _finish(ctx: Ctx, dtype) -> Model:
+    import jax
     import jax.numpy as jnp
 
     from jaxsim import constants, hostnp
@@ -303,6 +305,12 @@ def _finish(ctx: Ctx, dtype) -> Model:
             model = hook(model)
         model = _apply_statistic(ctx, model)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.float32
+    if jax.dtypes.canonicalize_dtype(dt) != dt:
+        # device_put truncates silently; say so, as jnp.asarray(x, float64) would
+        warnings.warn(
+            f"dtype {dt} is not available without jax_enable_x64; the model's arrays will "
+            f"be {jax.dtypes.canonicalize_dtype(dt)}", stacklevel=4,
+        )
     conv = {}
     for name in info:
         if name == "opt":

@@ -151,11 +151,15 @@ def localframe(pos, quat, parent_pos, parent_quat) -> tuple[np.ndarray, np.ndarr
 
 def eig3(mat) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvalues (decreasing) and the quaternion of the eigenvector frame of a symmetric
-    3x3 matrix, by the compiler's quaternion Jacobi iteration (so the frame matches)."""
+    3x3 matrix, by the compiler's quaternion Jacobi iteration, so that the principal frame
+    matches MuJoCo's. MuJoCo 4.0 iterates until the largest off-diagonal entry is below
+    1e-12 of the largest diagonal one (probed against its compiled body inertias; the
+    published 3.x rule, an absolute 1e-12 with an early exit on the rotation cosine,
+    disagrees with it on small or near-isotropic inertias)."""
     mat = np.asarray(mat, dtype=np.float64).reshape(3, 3)
     quat = np.array([1.0, 0.0, 0.0, 0.0])
     eig = np.zeros(3)
-    tol = 1e-12
+    tol = 1e-12 * max(abs(mat[0, 0]), abs(mat[1, 1]), abs(mat[2, 2]))
     for _ in range(500):
         ev = quat2mat(quat)
         d = ev.T @ mat @ ev
@@ -166,13 +170,11 @@ def eig3(mat) -> tuple[np.ndarray, np.ndarray]:
             rk, ck, rotk = 0, 2, 1
         else:
             rk, ck, rotk = 1, 2, 0
-        if abs(d[rk, ck]) < tol:
+        if abs(d[rk, ck]) <= tol:
             break
         tau = (d[ck, ck] - d[rk, rk]) / (2 * d[rk, ck])
         t = 1.0 / (tau + math.sqrt(1 + tau * tau)) if tau >= 0 else -1.0 / (-tau + math.sqrt(1 + tau * tau))
         c = 1.0 / math.sqrt(1 + t * t)
-        if c > 1.0 - tol:
-            break
         r = np.zeros(4)
         s = math.sqrt(0.5 - 0.5 * c)
         r[rotk + 1] = -s if tau >= 0 else s
@@ -183,7 +185,7 @@ def eig3(mat) -> tuple[np.ndarray, np.ndarray]:
         quat = normvec(mulquat(quat, r))[0]
     for j in range(3):
         j1 = j % 2
-        if eig[j1] + tol < eig[j1 + 1]:
+        if eig[j1] + 1e-12 < eig[j1 + 1]:
             eig[j1], eig[j1 + 1] = eig[j1 + 1], eig[j1]
             r = np.zeros(4)
             r[0] = 0.707106781186548
