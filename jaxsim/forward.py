@@ -180,7 +180,11 @@ def forward(m: Model, d: State) -> State:
     return forward_skip(m, d, Stage.NONE)
 
 
-def _integrate(m: Model, d: State, rk4_as_euler: bool = False) -> State:
+def integrate(m: Model, d: State, rk4_as_euler: bool = False) -> State:
+    """The integrator the model selects, on a state after `forward` (mj_step's second half).
+
+    With `rk4_as_euler`, RK4 falls back to Euler (as mj_step2).
+    """
     it = m.opt.integrator
     if it == Integrator.EULER or (it == Integrator.RK4 and rk4_as_euler):
         return _integrator.euler(m, d)
@@ -197,7 +201,7 @@ def step(m: Model, d: State) -> State:
     forward followed by the integrator the model selects (opt.integrator). MuJoCo's
     bad-value checks (mj_checkPos/Vel/Acc) are not applied yet.
     """
-    return _integrate(m, forward(m, d))
+    return integrate(m, forward(m, d))
 
 
 def step1(m: Model, d: State) -> State:
@@ -216,7 +220,7 @@ def step2(m: Model, d: State) -> State:
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
     d = fwd_constraint(m, d)
-    return _integrate(m, d, rk4_as_euler=True)
+    return integrate(m, d, rk4_as_euler=True)
 
 
 def euler(m: Model, d: State) -> State:

@@ -131,9 +131,16 @@ def expand_all(root, compiler, source) -> None:
             e, d = e.getparent(), d + 1
         return d
 
+    from jaxsim.mjcf.attach import expand_attach  # attach.py imports this module
+
+    # MuJoCo reads an <attach> inside a <replicate> before replicating its subtree (the
+    # copies then get the replicate's suffix); otherwise replicates are expanded first
+    nested = any(any(a.tag == "replicate" for a in att.iterancestors())
+                 for att in root.iter("attach"))
+    if nested:
+        expand_attach(root, compiler, source)
     reps = sorted(root.iter("replicate"), key=depth, reverse=True)
     for rep in reps:
         expand_replicate(root, rep, compiler)
-    from jaxsim.mjcf.attach import expand_attach  # attach.py imports this module
-
-    expand_attach(root, compiler, source)
+    if not nested:
+        expand_attach(root, compiler, source)
