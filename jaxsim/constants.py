@@ -12,7 +12,6 @@ other integer structure (static, the compiler's job), and actuator_lengthrange (
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
