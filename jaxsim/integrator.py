@@ -9,8 +9,8 @@ are current) and returns the next state. Derivatives of the smooth forces with r
 qvel (MuJoCo's qDeriv) are dense (nv, nv), restricted to MuJoCo's sparsity (dofs on one
 ancestor chain) so that the result is the same:
 - damping (dofs and tendons) and actuators: closed form, as mjd_passive_vel and
-  mjd_actuator_vel (e.g. the actuator term ignores tendon/joint force limits and uses the
-  raw control, as MuJoCo does);
+  mjd_actuator_vel (the actuator term drops actuators at their forcerange or on a joint
+  whose actuatorfrcrange clamps, ignores tendon force limits and uses the raw control);
 - fluid forces and, for `implicit`, the RNE bias: forward-mode derivatives of the force
   functions themselves (exact, as MuJoCo's analytical ones); implicitfast symmetrises the
   fluid term except on standalone free bodies, as MuJoCo.
@@ -23,8 +23,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import actuation, math, passive, rne, scan, smooth
-from jaxsim.types import (BiasType, DisableBit, DynType, GainType, Integrator, JointType,
-                          Model, State, TrnType)
+from jaxsim.types import (
+    BiasType,
+    DisableBit,
+    DynType,
+    GainType,
+    Integrator,
+    JointType,
+    Model,
+    State,
+    TrnType,
+)
 
 
 def _dtype(m: Model):
@@ -138,7 +147,8 @@ def actuator_vel_deriv(m: Model, d: State) -> jax.Array:
     """d qfrc_actuator / d qvel, (nv, nv). MuJoCo: mjd_actuator_vel.
 
     moment' diag(b) moment with b = bias_vel + gain_vel * input; actuators in a disabled
-    group, or whose force sits at a forcerange bound, contribute nothing.
+    group, whose force sits at a forcerange bound, or on a joint whose total actuator force
+    is clamped by actuatorfrcrange (probed on MuJoCo 4.0.0), contribute nothing.
     """
     dt = _dtype(m)
     nu = m.nu
@@ -175,6 +185,17 @@ def actuator_vel_deriv(m: Model, d: State) -> jax.Array:
         f, rng = d.actuator_force, m.actuator_forcerange
         sat = jnp.asarray(flim) & ((f <= rng[:, 0]) | (f >= rng[:, 1]))
         b = jnp.where(sat, 0.0, b)
+    # actuators on a joint whose total actuator force is clamped (actuatorfrcrange)
+    trn, jid = _np(m.actuator_trntype), _np(m.actuator_trnid)[:, 0]
+    jlim = np.asarray(m.jnt_actfrclimited, bool)
+    onjnt = np.isin(trn, (TrnType.JOINT, TrnType.JOINTINPARENT)) & (jid >= 0)
+    sel = np.nonzero(onjnt & jlim[np.clip(jid, 0, max(m.njnt - 1, 0))])[0] if m.njnt else []
+    if len(sel):
+        j = jid[sel]
+        tot = d.qfrc_actuator[_np(m.jnt_dofadr)[j]]
+        rng = m.jnt_actfrcrange[j]
+        sat = (tot <= rng[:, 0]) | (tot >= rng[:, 1])
+        b = b.at[sel].set(jnp.where(sat, 0.0, b[sel]))
     mom = d.actuator_moment
     return mom.T @ (b[:, None] * mom)
 
@@ -369,9 +390,9 @@ def rungekutta4(m: Model, d: State) -> State:
     F = [(d.qacc, d.act_dot)]
 
     def comb(coef):
-        dq = sum(c * v for c, v in zip(coef, vel) if c)
-        dv = sum(c * f[0] for c, f in zip(coef, F) if c)
-        da = sum(c * f[1] for c, f in zip(coef, F) if c)
+        dq = sum(c * v for c, v in zip(coef, vel, strict=False) if c)
+        dv = sum(c * f[0] for c, f in zip(coef, F, strict=False) if c)
+        da = sum(c * f[1] for c, f in zip(coef, F, strict=False) if c)
         return dq, dv, da
 
     for row in _RK4_A:
