@@ -13,14 +13,15 @@ from jaxsim.types import ObjType
 
 jax.config.update("jax_enable_x64", True)
 
-CORPUS = "/work/shared/corpus/mujoco"
+from conftest import CORPUS as _CORPUS_DIR  # noqa: E402
+
+CORPUS = str(_CORPUS_DIR)
 MODELS = [
     "xml/testdata/parent.xml",
     "xml/testdata/parent_merge.xml",
     "xml/testdata/parent_warn.xml",
 ]
-# each of these costs 10-45 s of jit compilation in set_const (the attach expansion itself
-# takes milliseconds); run them with JAXSIM_SLOW_TESTS=1
+# the larger attach models (the 2x humanoid + 100 objects scenes)
 SLOW_MODELS = [
     "xml/testdata/parent_model.xml",
     "engine/testdata/core_smooth/ten_armature_0_compare.xml",
@@ -30,8 +31,6 @@ SLOW_MODELS = [
     "engine/testdata/island/2humanoid100.xml",
     "engine/testdata/sleep/perf/2humanoid100.xml",
 ]
-_SLOW = pytest.mark.skipif(not os.environ.get("JAXSIM_SLOW_TESTS"),
-                           reason="slow (jit); set JAXSIM_SLOW_TESTS=1")
 _OPT = ("timestep", "iterations", "gravity", "disableflags", "enableflags", "impratio",
         "integrator", "cone", "solver")
 
@@ -65,7 +64,8 @@ def _path(rel: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("rel", MODELS + [pytest.param(r, marks=_SLOW) for r in SLOW_MODELS])
+# loads are fast now that set_const runs on numpy at compile time: run them all
+@pytest.mark.parametrize("rel", MODELS + SLOW_MODELS)
 def test_corpus_models_match_mujoco(rel):
     path = _path(rel)
     m = mujoco.MjModel.from_xml_path(path)

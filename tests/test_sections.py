@@ -20,10 +20,13 @@ from sections_fixture import compare, compile_sections, make_ctx  # noqa: E402
 
 from jaxsim.mjcf.errors import MJCFError  # noqa: E402
 
-SITE = "/work/venv/lib/python3.11/site-packages"
-CORPUS = (sorted(glob.glob("/work/shared/corpus/mujoco/**/*.xml", recursive=True))
-          + sorted(glob.glob(f"{SITE}/gymnasium/envs/mujoco/assets/*.xml"))
-          + sorted(glob.glob(f"{SITE}/mujoco/mjx/test_data/**/*.xml", recursive=True)))
+from conftest import CORPUS as _CORPUS_DIR  # noqa: E402
+from conftest import gym_assets, mjx_test_data  # noqa: E402
+
+CORPUS = (sorted(glob.glob(f"{_CORPUS_DIR}/**/*.xml", recursive=True))
+          + sorted(glob.glob(f"{gym_assets()}/*.xml") if gym_assets() else [])
+          + sorted(glob.glob(f"{mjx_test_data()}/**/*.xml", recursive=True)
+                   if mjx_test_data() else []))
 # features expanded or rejected elsewhere (replicate/attach/flex/plugins are the tree's)
 SKIP = (b"<replicate", b"<attach", b"<flex", b"<plugin", b"<composite", b"<extension",
         b"deformable")
