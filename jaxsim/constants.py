@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxsim import math, smooth
+from jaxsim.struct import shape_of
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import (
     Contact,
@@ -29,13 +30,6 @@ from jaxsim.types import (
 )
 
 
-def _size(shape: str, sizes: dict) -> tuple[int, ...]:
-    shape = shape.strip("()").strip()
-    if not shape:
-        return ()
-    return tuple(int(eval(s, {}, sizes)) for s in shape.split(",") if s.strip())  # noqa: S307
-
-
 def blank_state(m: Model, qpos: jax.Array | None = None) -> State:
     """A State of zeros with the model's shapes at qpos0 (or `qpos`), mocap at body poses."""
     dt = m.body_pos.dtype
@@ -45,7 +39,7 @@ def blank_state(m: Model, qpos: jax.Array | None = None) -> State:
         if name == "contact":
             fields[name] = Contact.zeros(0, dt)
             continue
-        shp = _size(info["shape"], sizes)
+        shp = shape_of(info["shape"], sizes)
         kind = jnp.int32 if name in ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon") else dt
         if name == "overflow":
             kind = bool

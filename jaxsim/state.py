@@ -5,14 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim.struct import shape_of
 from jaxsim.types import Contact, Model, State
-
-
-def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
-    spec = spec.strip("()").strip()
-    if not spec or spec == "-":
-        return ()
-    return tuple(int(eval(s, {}, sizes)) for s in spec.split(",") if s.strip())  # noqa: S307
 
 
 _INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning")
@@ -36,7 +30,7 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int = 0) -> Stat
         kind = jnp.int32 if name in _INT_FIELDS else dt
         if name == "overflow":
             kind = bool
-        fields[name] = jnp.zeros(_shape(info["shape"], sizes), kind)
+        fields[name] = jnp.zeros(shape_of(info["shape"], sizes), kind)
     fields["qpos"] = jnp.asarray(model.qpos0, dt)
     if model.nmocap:
         mocap = np.asarray(model.body_mocapid)

@@ -32,6 +32,16 @@ def static(shape: str, doc: str, default: Any = dataclasses.MISSING) -> Any:
     return dataclasses.field(metadata={"static": True, "shape": shape, "doc": doc}, **kw)
 
 
+def shape_of(spec: str, sizes: dict) -> tuple[int, ...]:
+    """Evaluates a field's shape string, e.g. "(nbody, 3)", with the model's sizes."""
+    spec = spec.strip()
+    if spec in ("()", "-"):
+        return ()
+    dims = [d.strip() for d in spec.strip("()").split(",") if d.strip()]
+    # the strings are our own field declarations, not user input
+    return tuple(int(eval(d, {"__builtins__": {}}, dict(sizes))) for d in dims)  # noqa: S307
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         value = value.copy()

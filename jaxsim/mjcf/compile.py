@@ -18,6 +18,7 @@ from jaxsim.mjcf import expand, tree
 from jaxsim.mjcf.context import Compiler, Ctx
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.parse import SRC, Defaults, Source, read_tree, validate
+from jaxsim.struct import shape_of
 from jaxsim.types import DisableBit, EnableBit, Model, ObjType, Option
 
 # top-level elements that would change the physics and that jaxsim cannot honour yet
@@ -238,17 +239,6 @@ def _set_total_mass(ctx: Ctx, total: float) -> None:
     out["body_inertia"] = out["body_inertia"] * scale
 
 
-def _shape(spec: str, sizes: dict) -> tuple:
-    spec = spec.strip()
-    if spec in ("()", "-"):
-        return ()
-    parts = [p.strip() for p in spec.strip("()").split(",") if p.strip()]
-    dims = []
-    for p in parts:
-        dims.append(int(eval(p, {}, dict(sizes))))  # noqa: S307 -- our own shape strings
-    return tuple(dims)
-
-
 def _finish(ctx: Ctx, dtype) -> Model:
     import jax
     import jax.numpy as jnp
@@ -269,7 +259,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     for name, meta in info.items():
         if name in ("opt", "names", "model_name", "text_data") or name in sizes:
             continue
-        shape = _shape(meta["shape"], sizes)
+        shape = shape_of(meta["shape"], sizes)
         val = out.get(name)
         if val is None:
             val = np.zeros(shape, dtype=np.int64 if meta["static"] else np.float64)
