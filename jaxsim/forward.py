@@ -1,13 +1,16 @@
 """The forward pipeline and the step: fwd_position, fwd_velocity, fwd_actuation,
 fwd_acceleration, forward, step, step1/step2. MuJoCo: engine_forward.c.
 
-Constraints (contacts, equality, joint/tendon limits, friction loss) are not implemented
-yet: `qacc = qacc_smooth` and `qfrc_constraint = 0`. A model that would produce
-constraint rows raises NotImplementedError when traced, unless the constraints (or the
-kinds it has) are disabled with `<option><flag .../></option>`.
+Collision detection runs in fwd_position and fills `state.contact`. The constraint
+solver (equality, friction loss, limits, contact forces) is not implemented yet:
+`qacc = qacc_smooth` and `qfrc_constraint = 0`. A model that would produce constraint
+rows gets a `ConstraintsIgnoredWarning` when traced, naming what is ignored, unless the
+constraints (or the kinds it has) are disabled with `<option><flag .../></option>`.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +21,7 @@ from jaxsim import integrator as _integrator
 from jaxsim import passive as _passive
 from jaxsim import rne as _rne
 from jaxsim import smooth
+from jaxsim.collision import driver as _collision
 from jaxsim.types import DisableBit, Integrator, Model, Stage, State
 
 
@@ -64,8 +68,12 @@ def _contacts_possible(m: Model) -> bool:
     return bool(ok.any())
 
 
+class ConstraintsIgnoredWarning(UserWarning):
+    """The model has constraints and the constraint solver is not implemented yet."""
+
+
 def check_constraints(m: Model) -> None:
-    """Raises NotImplementedError if the model would have constraint rows in MuJoCo."""
+    """Warns (ConstraintsIgnoredWarning) if the model would have constraint rows in MuJoCo."""
     flags = m.opt.disableflags
     if flags & DisableBit.CONSTRAINT:
         return
@@ -83,10 +91,11 @@ def check_constraints(m: Model) -> None:
         if _any_positive(m.dof_frictionloss) or (m.ntendon and _any_positive(m.tendon_frictionloss)):
             missing.append("friction loss (<flag frictionloss=\"disable\"/>)")
     if missing:
-        raise NotImplementedError(
-            "jaxsim does not implement constraints yet; this model has "
+        warnings.warn(
+            "jaxsim does not implement the constraint solver yet: qacc ignores the model's "
             + "; ".join(missing)
-            + ". Disable them all with <option><flag constraint=\"disable\"/></option>."
+            + ". Disable them all with <option><flag constraint=\"disable\"/></option>.",
+            ConstraintsIgnoredWarning, stacklevel=3,
         )
 
 
@@ -94,8 +103,8 @@ def check_constraints(m: Model) -> None:
 
 
 def fwd_position(m: Model, d: State) -> State:
-    """Position-dependent quantities. MuJoCo: mj_fwdPosition (without collision and
-    constraint construction, which are not implemented yet)."""
+    """Position-dependent quantities. MuJoCo: mj_fwdPosition (without constraint
+    construction, which is not implemented yet)."""
     check_constraints(m)
     d = smooth.kinematics(m, d)
     d = smooth.com_pos(m, d)
@@ -103,6 +112,7 @@ def fwd_position(m: Model, d: State) -> State:
     d = smooth.tendon(m, d)
     d = smooth.make_m(m, d)
     d = smooth.factor_m(m, d)
+    d = _collision.collision(m, d)
     return smooth.transmission(m, d)
 
 

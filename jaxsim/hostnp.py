@@ -303,12 +303,17 @@ def _one_hot(x, num_classes: int, *, dtype=np.float64, axis: int = -1):
 
 
 def _solve_triangular(a: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
-    """Solves a x = b for triangular `a` (n, n) and `b` (n, k) by substitution.
+    """Solves a x = b for triangular `a` (n, n) and `b` (n, k).
 
-    One vectorised row update per unknown; scipy.linalg would do the same in LAPACK but
-    costs about half a second to import, more than the whole host pass.
+    Small systems by substitution, one vectorised row update per unknown (importing
+    scipy costs about half a second, more than the whole host pass of a small model);
+    large ones by LAPACK through scipy.
     """
     n = a.shape[0]
+    if n > 64:
+        from scipy.linalg import solve_triangular
+
+        return solve_triangular(a, b, lower=lower, check_finite=False)
     x = np.zeros(np.broadcast_shapes(b.shape, (n, 1)), np.result_type(a, b))
     rows = range(n) if lower else range(n - 1, -1, -1)
     for i in rows:

@@ -8,19 +8,22 @@ import numpy as np
 from jaxsim.struct import shape_of
 from jaxsim.types import Contact, Model, State
 
-
 _INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning")
 
 
-def make_state(model: Model, keyframe: int | None = None, ncon: int = 0) -> State:
+def make_state(model: Model, keyframe: int | None = None, ncon: int | None = None) -> State:
     """A fresh state: qpos0 (or the keyframe), zero velocity, mocap bodies at their poses.
 
     Args:
       model: the compiled model.
       keyframe: index of a <keyframe> key to start from (MuJoCo: mj_resetDataKeyframe).
-      ncon: size of the contact buffer (fixed by the collision pass; 0 without contacts).
+      ncon: size of the contact buffer; by default the size the collision pass fills.
     """
     dt = model.body_pos.dtype
+    if ncon is None:
+        from jaxsim.collision.driver import buffer_size
+
+        ncon = buffer_size(model)
     sizes = dict(model.sizes(), ncon=ncon)
     fields = {}
     for name, info in State.field_info().items():

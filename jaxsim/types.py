@@ -768,7 +768,7 @@ class Contact(Struct):
     dist: Array = leaf("(ncon,)", "signed distance between the geoms (negative: penetration)")
     pos: Array = leaf("(ncon, 3)", "contact point (midpoint between the geoms)")
     frame: Array = leaf("(ncon, 3, 3)", "contact frame, rows are axes, the normal first")
-    includemargin: Array = leaf("(ncon,)", "include if dist < includemargin (margin - gap)")
+    includemargin: Array = leaf("(ncon,)", "rows only where dist < includemargin (the margin)")
     friction: Array = leaf("(ncon, 5)", "tangent1, tangent2, spin, roll1, roll2")
     solref: Array = leaf("(ncon, 2)", "constraint solver reference, normal direction")
     solreffriction: Array = leaf("(ncon, 2)", "constraint solver reference, friction directions")
@@ -777,6 +777,8 @@ class Contact(Struct):
     geom: Array = leaf("(ncon, 2)", "ids of the two geoms")
     efc_address: Array = leaf("(ncon,)", "address in the constraint rows, -1 if excluded")
     active: Array = leaf("(ncon,)", "true where the slot holds a contact MuJoCo would report")
+    exclude: Array = leaf("(ncon,)", "in the gap (dist >= includemargin): no constraint rows")
+    adhesion: Array = leaf("(ncon,)", "adhesion of the pair (from geoms or <pair>)")
 
     @classmethod
     def zeros(cls, ncon: int, dtype) -> Contact:
@@ -790,7 +792,7 @@ class Contact(Struct):
             friction=f(ncon, 5), solref=f(ncon, 2), solreffriction=f(ncon, 2),
             solimp=f(ncon, 5), dim=jnp.zeros(ncon, jnp.int32),
             geom=jnp.full((ncon, 2), -1, jnp.int32), efc_address=jnp.full(ncon, -1, jnp.int32),
-            active=jnp.zeros(ncon, bool),
+            active=jnp.zeros(ncon, bool), exclude=jnp.zeros(ncon, bool), adhesion=f(ncon),
         )
 
 

@@ -21,7 +21,7 @@ from lxml import etree
 
 import jaxsim
 from jaxsim import rne
-from jaxsim.forward import integrate
+from jaxsim.forward import ConstraintsIgnoredWarning, integrate
 from jaxsim.types import Integrator
 from tests.conftest import CORPUS, MODELS, gym_assets, mjx_test_data
 
@@ -247,9 +247,9 @@ def test_jit_does_not_retrace_on_values():
     assert len(traces) == 1
 
 
-def test_guard_raises_on_constraints():
+def test_guard_warns_on_constraints():
     model = jaxsim.load(str(MODELS / "cartpole.xml"), dtype=jnp.float64)  # joint limit
-    with pytest.raises(NotImplementedError, match="limit"):
+    with pytest.warns(ConstraintsIgnoredWarning, match="limit"):
         jaxsim.forward(model, jaxsim.make_state(model))
 
 

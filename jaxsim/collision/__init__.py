@@ -1,0 +1,1 @@
+"""Collision detection (MuJoCo's mj_collision): pair selection, narrow phase, contacts."""

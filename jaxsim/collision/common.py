@@ -1,0 +1,79 @@
+"""What every narrow-phase collision function takes and returns.
+
+A collision function handles ONE geom pair and is written unbatched; the driver groups
+the candidate pairs by function and `vmap`s it over each group. Its signature is
+
+    fn(g1: Geom, g2: Geom, margin) -> Contacts          (K slots, K fixed per function)
+
+with `g1.type <= g2.type` (MuJoCo's order: the normal points from geom 1 to geom 2,
+`pos` is the midpoint between the two surfaces, `dist` is negative in penetration).
+`margin` is MuJoCo's margin + gap of the pair: a contact exists where MuJoCo's function
+reports one (in practice `dist <= margin`, with each function's own tie rules). Slots
+without a contact are marked by `valid == False` and hold finite numbers (so gradients
+through `jnp.where` stay finite); never NaN, never a sentinel in place of the mask.
+
+Geom types follow MuJoCo's mjtGeom: PLANE 0, HFIELD 1, SPHERE 2, CAPSULE 3, ELLIPSOID 4,
+CYLINDER 5, BOX 6, MESH 7.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Geom(NamedTuple):
+    """One geom in world coordinates (the driver fills it from the state)."""
+
+    pos: jax.Array  # (3,) geom_xpos
+    mat: jax.Array  # (3, 3) geom_xmat: mat @ local = world, columns are the local axes
+    size: jax.Array  # (3,) geom_size
+    # Type-specific static-shaped data, gathered by the driver: `None` for primitives,
+    # a convex.MeshData for meshes, an hfield.HFieldData for height fields.
+    data: Any = None
+
+
+class Contacts(NamedTuple):
+    """Up to K contacts of one geom pair."""
+
+    dist: jax.Array  # (K,)
+    pos: jax.Array  # (K, 3)
+    normal: jax.Array  # (K, 3) unit, from geom 1 to geom 2 (first row of the frame)
+    tangent: jax.Array  # (K, 3) MuJoCo's optional second frame axis; zeros if unset
+    valid: jax.Array  # (K,) bool
+
+    @staticmethod
+    def concat(items: list[Contacts]) -> Contacts:
+        """Concatenates results along the slot axis (K = sum of the parts' K)."""
+        return Contacts(*(jnp.concatenate(xs, axis=0) for xs in zip(*items, strict=True)))
+
+
+def one(dist, pos, normal, valid, tangent=None) -> Contacts:
+    """A single-slot result (K = 1)."""
+    dist = jnp.asarray(dist)
+    tangent = jnp.zeros_like(pos) if tangent is None else tangent
+    return Contacts(dist[None], pos[None], normal[None], tangent[None],
+                    jnp.asarray(valid)[None])
+
+
+def make_frame(normal: jax.Array, tangent: jax.Array) -> jax.Array:
+    """MuJoCo's mju_makeFrame: rows (normal, tangent, normal x tangent).
+
+    If `tangent` is (close to) zero, the second axis starts from (0, 1, 0), or (0, 0, 1)
+    when the normal is close to the y axis; it is then made orthogonal to the normal
+    (and becomes the x axis if nothing is left, as mju_normalize3 does).
+    """
+    n = normal / jnp.sqrt(jnp.maximum(jnp.dot(normal, normal), 1e-30))
+    unset = jnp.dot(tangent, tangent) < 0.25
+    alt = jnp.where((n[1] < 0.5) & (n[1] > -0.5), jnp.array([0.0, 1.0, 0.0], n.dtype),
+                    jnp.array([0.0, 0.0, 1.0], n.dtype))
+    t = jnp.where(unset, alt, tangent)
+    t = t - n * jnp.dot(n, t)
+    # MuJoCo's normalize maps a (near) zero vector to the x axis
+    tt = jnp.dot(t, t)
+    small = tt < 1e-30
+    t = jnp.where(small, jnp.array([1.0, 0.0, 0.0], n.dtype),
+                  t / jnp.sqrt(jnp.where(small, 1.0, tt)))
+    return jnp.stack([n, t, jnp.cross(n, t)])

@@ -1,0 +1,526 @@
+"""Collision driver (MuJoCo: mj_collision): candidate pairs, narrow phase, contact buffer.
+
+Structure is decided once per model on the host (`plan`): which geom pairs can ever
+collide (MuJoCo's static filters: same weld body, both bodies without dofs, parent-child
+unless disabled, <exclude>, contype/conaffinity, explicit <pair>s merged in), the order
+of the pairs (MuJoCo's: by body-pair signature, then geom ids), and their grouping by
+collision function. At run time each group is one `vmap`ped call; a bounding-sphere
+test with margin masks pairs that are far apart; contact parameters are mixed from the
+two geoms (or taken from the <pair>); the slots are laid out in MuJoCo's pair order.
+
+The contact buffer has a fixed size: the sum over candidate pairs of each function's
+maximum contact count, or the cap `nconmax` (`<size nconmax>` or `plan(..., nconmax=)`)
+when smaller, in which case the deepest contacts are kept and `state.overflow` is set
+when some are dropped. `state.maxuse_con` records the most contacts any step needed.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsim.collision.common import Contacts, Geom, make_frame
+from jaxsim.types import Contact, DisableBit, EnableBit, GeomType, Model, State
+
+MINMU = 1e-5  # MuJoCo's mjMINMU: smallest friction coefficient
+MINVAL = 1e-15  # MuJoCo's mjMINVAL
+
+_NAMES = {t.value: t.name.lower() for t in GeomType}
+
+
+def _functions() -> dict:
+    """(type1, type2) -> (fn, K) from every narrow-phase module."""
+    table = {}
+    from jaxsim.collision import primitive
+
+    table.update(primitive.FUNCTIONS)
+    for mod in ("box", "convex", "hfield"):
+        try:
+            module = __import__(f"jaxsim.collision.{mod}", fromlist=["FUNCTIONS"])
+        except ImportError:
+            continue
+        table.update(getattr(module, "FUNCTIONS", {}))
+    return table
+
+
+class Group(NamedTuple):
+    """Candidate pairs that share a collision function (all arrays static numpy)."""
+
+    types: tuple[int, int]
+    k: int  # contacts per pair
+    geom1: np.ndarray  # (p,)
+    geom2: np.ndarray  # (p,)
+    ipair: np.ndarray  # (p,) explicit <pair> id or -1
+    pair: np.ndarray  # (p,) index of each pair in buffer order
+    slot: np.ndarray  # (p, k) position of each contact in the (uncapped) buffer
+
+
+class Plan(NamedTuple):
+    groups: tuple[Group, ...]
+    ncand: int  # total slots before the cap
+    ncon: int  # buffer size (after the cap)
+    # per candidate pair, in buffer order (static): geoms, pair id, condim, param source
+    geom1: np.ndarray
+    geom2: np.ndarray
+    ipair: np.ndarray
+    condim: np.ndarray
+    source: np.ndarray  # 1: geom 1's parameters, 2: geom 2's, 0: mixed (same priority)
+    sweeps: tuple  # of Sweep: groups whose pairs are found at run time
+    filt: object  # _Filter, for the run-time pairs
+
+
+# A group with at least SWEEP_MIN candidate pairs (automatic, between bounded geoms) is
+# not enumerated: its pairs are found at run time by sweep and prune along the principal
+# axis of the geom centres, with room for SWEEP_CAP1 * n overlapping projections and
+# SWEEP_CAP2 * n pairs (n geoms) for the narrow phase; `state.overflow` reports a cut.
+SWEEP_MIN = 2048
+SWEEP_CAP1 = 32
+SWEEP_CAP2 = 6
+
+
+class Sweep(NamedTuple):
+    types: tuple[int, int]
+    k: int
+    geoms: np.ndarray  # geoms of either type taking part
+    cap1: int  # overlapping projections considered
+    cap2: int  # pairs passed to the narrow phase
+
+
+def _np(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+class _Filter(NamedTuple):
+    """Per-geom structure for MuJoCo's static pair filters (numpy, host)."""
+
+    body: np.ndarray
+    weld: np.ndarray
+    pweld: np.ndarray  # weld body of the weld body's parent
+    dofnum: np.ndarray  # dofs of the weld body
+    bct: np.ndarray  # body-level contype (OR over the body's geoms)
+    bca: np.ndarray
+    ct: np.ndarray
+    ca: np.ndarray
+    exclude: np.ndarray  # sorted exclude signatures
+    explicit: np.ndarray  # sorted keys min(g)*ngeom + max(g) of the <pair>s
+    ngeom: int
+    filterparent: bool
+
+
+def _filter_info(m: Model) -> _Filter:
+    gbody = _np(m.geom_bodyid)
+    nb = m.nbody
+    bct = np.zeros(nb, np.int64)
+    bca = np.zeros(nb, np.int64)
+    np.bitwise_or.at(bct, gbody, _np(m.geom_contype))
+    np.bitwise_or.at(bca, gbody, _np(m.geom_conaffinity))
+    weld = _np(m.body_weldid)
+    pweld = weld[_np(m.body_parentid)[weld]]
+    pg1, pg2 = _np(m.pair_geom1), _np(m.pair_geom2)
+    keys = np.sort(np.minimum(pg1, pg2) * m.ngeom + np.maximum(pg1, pg2))
+    return _Filter(gbody, weld[gbody], pweld[gbody], _np(m.body_dofnum)[weld][gbody],
+                   bct[gbody], bca[gbody], _np(m.geom_contype), _np(m.geom_conaffinity),
+                   np.sort(_np(m.exclude_signature)), keys, m.ngeom,
+                   not m.opt.disableflags & DisableBit.FILTERPARENT)
+
+
+def _isin_sorted(xp, values, table):
+    if len(table) == 0:
+        return xp.zeros(values.shape, bool)
+    t = xp.asarray(table)
+    i = xp.clip(xp.searchsorted(t, values), 0, len(table) - 1)
+    return t[i] == values
+
+
+def _auto_ok(f: _Filter, a, b, xp=np):
+    """MuJoCo's static filters for an automatic (not <pair>) geom pair; a, b geom ids."""
+    g = lambda arr, i: xp.asarray(arr)[i]  # noqa: E731
+    bct_a, bca_a, bct_b, bca_b = g(f.bct, a), g(f.bca, a), g(f.bct, b), g(f.bca, b)
+    ok = ((bct_a | bca_a) != 0) & ((bct_b | bca_b) != 0)
+    ok &= ((bct_a & bca_b) | (bct_b & bca_a)) != 0
+    wa, wb = g(f.weld, a), g(f.weld, b)
+    ok &= wa != wb
+    ok &= (g(f.dofnum, a) > 0) | (g(f.dofnum, b) > 0)
+    if f.filterparent:
+        ok &= ~((wa != 0) & (wb != 0) & ((wa == g(f.pweld, b)) | (wb == g(f.pweld, a))))
+    ba, bb = g(f.body, a), g(f.body, b)
+    sig = (xp.minimum(ba, bb) << 16) + xp.maximum(ba, bb)
+    ok &= ~_isin_sorted(xp, sig, f.exclude)
+    ok &= ((g(f.ct, a) & g(f.ca, b)) | (g(f.ct, b) & g(f.ca, a))) != 0
+    key = xp.minimum(a, b) * f.ngeom + xp.maximum(a, b)
+    ok &= ~_isin_sorted(xp, key, f.explicit)
+    return ok
+
+
+def candidate_pairs(m: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Geom pairs (g1, g2, ipair) passing MuJoCo's static filters, in MuJoCo's order.
+
+    g1 has the lower geom type (MuJoCo swaps so that the collision table applies).
+    """
+    flags = m.opt.disableflags
+    if flags & (DisableBit.CONSTRAINT | DisableBit.CONTACT) or m.nbody < 2:
+        return (np.zeros(0, np.int64),) * 3
+    gtype = _np(m.geom_type)
+    f = _filter_info(m)
+    a, b = np.triu_indices(m.ngeom, 1)
+    ok = _auto_ok(f, a, b)
+    a, b = a[ok], b[ok]
+    ba, bb = f.body[a], f.body[b]
+    a, b = np.where(ba <= bb, a, b), np.where(ba <= bb, b, a)  # a in the lower body
+    sig = (f.body[a] << 16) + f.body[b]
+    pg1, pg2 = _np(m.pair_geom1), _np(m.pair_geom2)
+    g1 = np.concatenate([pg1, a])
+    g2 = np.concatenate([pg2, b])
+    ip = np.concatenate([np.arange(m.npair), -np.ones(len(a), np.int64)])
+    sigs = np.concatenate([_np(m.pair_signature), sig])
+    kind = np.concatenate([np.zeros(m.npair, np.int64), np.ones(len(a), np.int64)])
+    order = np.lexsort((g2, g1, np.maximum(ip, 0), kind, sigs))
+    g1, g2, ip = g1[order], g2[order], ip[order]
+    swap = gtype[g1] > gtype[g2]
+    g1, g2 = np.where(swap, g2, g1), np.where(swap, g1, g2)
+    return g1, g2, ip
+
+
+def _check_supported(m: Model, g1, g2, table) -> None:
+    gtype = _np(m.geom_type)
+    missing = set()
+    for a, b in zip(gtype[g1], gtype[g2], strict=True):
+        if (int(a), int(b)) not in table:
+            if a in (GeomType.PLANE, GeomType.HFIELD) and b in (GeomType.PLANE, GeomType.HFIELD):
+                continue  # MuJoCo has no function for these either: never collide
+            missing.add((_NAMES[int(a)], _NAMES[int(b)]))
+    if missing:
+        names = ", ".join(f"{a}-{b}" for a, b in sorted(missing))
+        raise NotImplementedError(f"jaxsim has no collision function for geom pair(s) {names}")
+
+
+_PLANS: dict = {}
+
+
+def plan(m: Model, nconmax: int | None = None) -> Plan:
+    """The model's collision structure (cached per model structure)."""
+    key = (m._static_key, m.opt._static_key, nconmax)
+    hit = _PLANS.get(key)
+    if hit is not None:
+        return hit
+    table = _functions()
+    g1, g2, ip = candidate_pairs(m)
+    _check_supported(m, g1, g2, table)
+    gtype = _np(m.geom_type)
+    t1, t2 = gtype[g1], gtype[g2]
+    has_fn = np.array([(int(a), int(b)) in table for a, b in zip(t1, t2, strict=True)], bool)
+    g1, g2, ip, t1, t2 = g1[has_fn], g2[has_fn], ip[has_fn], t1[has_fn], t2[has_fn]
+
+    # large groups of automatic pairs between bounded geoms: run-time sweep and prune
+    sweeps = []
+    for types in sorted(set(zip(t1.tolist(), t2.tolist(), strict=True))):
+        sel = (t1 == types[0]) & (t2 == types[1])
+        if (sel.sum() < SWEEP_MIN or np.any(ip[sel] >= 0)
+                or {GeomType.PLANE, GeomType.HFIELD} & set(types)
+                or (types[0] != types[1] and GeomType.MESH in types)):
+            continue
+        geoms = np.unique(np.concatenate([g1[sel], g2[sel]]))
+        n = len(geoms)
+        cap1 = int(min(sel.sum(), max(1024, SWEEP_CAP1 * n)))
+        cap2 = int(min(sel.sum(), max(256, SWEEP_CAP2 * n)))
+        sweeps.append(Sweep(types, table[types][1], geoms, cap1, cap2))
+        g1, g2, ip, t1, t2 = g1[~sel], g2[~sel], ip[~sel], t1[~sel], t2[~sel]
+
+    # slots: pairs in MuJoCo order, K slots each
+    ks = np.array([table[(int(a), int(b))][1] for a, b in zip(t1, t2, strict=True)], np.int64)
+    start = np.concatenate([[0], np.cumsum(ks)]).astype(np.int64)
+    groups = []
+    for types in sorted(set(zip(t1.tolist(), t2.tolist(), strict=True))):
+        sel = np.nonzero((t1 == types[0]) & (t2 == types[1]))[0]
+        k = table[types][1]
+        slot = start[sel][:, None] + np.arange(k)[None, :]
+        groups.append(Group(types, k, g1[sel], g2[sel], ip[sel], sel, slot))
+    ncand = int(start[-1]) + sum(sw.cap2 * sw.k for sw in sweeps)
+    cap = m.nconmax if nconmax is None else nconmax
+    ncon = ncand if cap is None or cap < 0 else min(ncand, int(cap))
+
+    # contact dimension and parameter source per pair
+    pri = _np(m.geom_priority)
+    cd = _np(m.geom_condim)
+    p1, p2 = pri[g1], pri[g2]
+    source = np.where(p1 > p2, 1, np.where(p1 < p2, 2, 0))
+    condim = np.where(source == 1, cd[g1], np.where(source == 2, cd[g2],
+                                                      np.maximum(cd[g1], cd[g2])))
+    if m.npair:
+        condim = np.where(ip >= 0, _np(m.pair_dim)[np.maximum(ip, 0)], condim)
+    out = Plan(tuple(groups), ncand, ncon, g1, g2, ip, condim, source, tuple(sweeps),
+               _filter_info(m))
+    if len(_PLANS) > 64:
+        _PLANS.clear()
+    _PLANS[key] = out
+    return out
+
+
+def buffer_size(m: Model) -> int:
+    """Number of contact slots the state needs for this model."""
+    return plan(m).ncon
+
+
+# ------------------------------------------------------------------------ run time
+
+
+def _geom_data(m: Model, gids: np.ndarray):
+    """Type-specific data of the given geoms (all of one type), stacked, or None."""
+    gtype = int(m.geom_type[gids[0]])
+    if gtype == GeomType.MESH:
+        from jaxsim.collision import convex
+
+        return convex.mesh_data(m, _np(m.geom_dataid)[gids])
+    if gtype == GeomType.HFIELD:
+        from jaxsim.collision import hfield
+
+        return hfield.hfield_data(m, _np(m.geom_dataid)[gids])
+    return None
+
+
+def _margin_gap(m: Model, g1, g2, ip):
+    """Per-pair margin and gap (MuJoCo: getMargin, getGap, mj_assignMargin)."""
+    margin = m.geom_margin[g1] + m.geom_margin[g2]
+    gap = m.geom_gap[g1] + m.geom_gap[g2]
+    if m.npair and np.any(ip >= 0):
+        ipc = np.maximum(ip, 0)
+        margin = jnp.where(ip >= 0, m.pair_margin[ipc], margin)
+        gap = jnp.where(ip >= 0, m.pair_gap[ipc], gap)
+    if m.opt.enableflags & EnableBit.OVERRIDE:
+        margin = jnp.broadcast_to(m.opt.o_margin, margin.shape)
+    return margin, gap
+
+
+def _sphere_filter(m: Model, d: State, g1, g2, bound):
+    """MuJoCo's mj_filterSphere (True: keep). `bound` is margin + gap."""
+    r1, r2 = m.geom_rbound[g1], m.geom_rbound[g2]
+    p1, p2 = d.geom_xpos[g1], d.geom_xpos[g2]
+    dif = p1 - p2
+    far = jnp.sum(dif * dif, -1) > (r1 + r2 + bound) ** 2
+    both = (r1 > 0) & (r2 > 0)
+    plane1 = np.asarray(m.geom_type)[g1] == GeomType.PLANE
+    plane2 = np.asarray(m.geom_type)[g2] == GeomType.PLANE
+    n1 = d.geom_xmat[g1][:, :, 2]
+    n2 = d.geom_xmat[g2][:, :, 2]
+    far1 = plane1 & (r2 > 0) & (jnp.sum((p2 - p1) * n1, -1) > bound + r2)
+    far2 = plane2 & (r1 > 0) & (jnp.sum((p1 - p2) * n2, -1) > bound + r1)
+    return ~jnp.where(both, far, far1 | far2)
+
+
+def _params(m: Model, g1, g2, ip, src, dtype):
+    """Per-pair friction (5), solref, solreffriction, solimp, adhesion.
+
+    MuJoCo: mj_contactParam (geom pairs) and the <pair> values; `src` says whose
+    parameters win by priority (1, 2) or 0 to mix them (same priority).
+    """
+    mix1 = m.geom_solmix[g1]
+    mix2 = m.geom_solmix[g2]
+    ok1, ok2 = mix1 >= MINVAL, mix2 >= MINVAL
+    mix = jnp.where(ok1 & ok2, mix1 / jnp.where(ok1 & ok2, mix1 + mix2, 1.0),
+                    jnp.where(~ok1 & ~ok2, 0.5, jnp.where(~ok1, 0.0, 1.0)))
+    mix = jnp.where(src == 1, 1.0, jnp.where(src == 2, 0.0, mix))[:, None]
+    sr1, sr2 = m.geom_solref[g1], m.geom_solref[g2]
+    standard = (sr1[:, :1] > 0) & (sr2[:, :1] > 0)
+    solref = jnp.where(standard, mix * sr1 + (1 - mix) * sr2, jnp.minimum(sr1, sr2))
+    solref = jnp.where((src == 1)[:, None], sr1, jnp.where((src == 2)[:, None], sr2, solref))
+    solimp = mix * m.geom_solimp[g1] + (1 - mix) * m.geom_solimp[g2]
+    f1, f2 = m.geom_friction[g1], m.geom_friction[g2]
+    fri = jnp.where((src == 1)[:, None], f1, jnp.where((src == 2)[:, None], f2,
+                                                         jnp.maximum(f1, f2)))
+    friction = fri[:, np.array([0, 0, 1, 2, 2])]
+    a1, a2 = m.geom_adhesion[g1], m.geom_adhesion[g2]
+    adhesion = jnp.where(src == 1, a1, jnp.where(src == 2, a2, a1 + a2))
+    solreffriction = jnp.zeros_like(solref)
+    if m.npair:
+        e = ip >= 0
+        ipc = jnp.maximum(ip, 0)
+        solref = jnp.where(e[:, None], m.pair_solref[ipc], solref)
+        solimp = jnp.where(e[:, None], m.pair_solimp[ipc], solimp)
+        friction = jnp.where(e[:, None], m.pair_friction[ipc], friction)
+        adhesion = jnp.where(e, m.pair_adhesion[ipc], adhesion)
+        psf = m.pair_solreffriction[ipc]
+        has = e[:, None] & jnp.any(psf != 0, -1, keepdims=True)
+        solreffriction = jnp.where(has, psf, solreffriction)
+    if m.opt.enableflags & EnableBit.OVERRIDE:
+        n = solref.shape[0]
+        solref = jnp.broadcast_to(m.opt.o_solref, (n, 2))
+        solreffriction = jnp.broadcast_to(m.opt.o_solref, (n, 2))
+        solimp = jnp.broadcast_to(m.opt.o_solimp, (n, 5))
+        friction = jnp.broadcast_to(m.opt.o_friction, (n, 5))
+    friction = jnp.maximum(friction, MINMU)
+    return [jnp.asarray(x, dtype) for x in (friction, solref, solreffriction, solimp, adhesion)]
+
+
+class _Slots(NamedTuple):
+    """Per-slot narrow-phase results and pair attributes (one row per contact slot)."""
+
+    dist: jax.Array
+    pos: jax.Array
+    frame: jax.Array
+    valid: jax.Array
+    geom1: jax.Array
+    geom2: jax.Array
+    ipair: jax.Array
+    condim: jax.Array
+    src: jax.Array
+    margin: jax.Array  # margin (includemargin)
+
+
+def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt):
+    """One vmapped narrow-phase call over a group; results as (p * k,) rows."""
+    ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
+    gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
+    res: Contacts = jax.vmap(fn)(ga, gb, bound)
+    fr = jax.vmap(jax.vmap(make_frame))(res.normal, res.tangent)
+    n = res.dist.shape[0] * k
+    return (res.dist.reshape(n).astype(dt), res.pos.reshape(n, 3).astype(dt),
+            fr.reshape(n, 3, 3).astype(dt), res.valid.reshape(n))
+
+
+def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
+    """Narrow phase over the statically enumerated pairs, in MuJoCo's pair order."""
+    if not p.groups:
+        return None
+    margin, gap = _margin_gap(m, p.geom1, p.geom2, p.ipair)
+    keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap)
+    parts, slots, pairs = [], [], []
+    for grp in p.groups:
+        idx = grp.pair
+        out = _narrow(m, d, table[grp.types][0], grp.k, grp.geom1, grp.geom2,
+                      _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
+                      (margin + gap)[idx], dt)
+        valid = out[3] & jnp.repeat(keep[idx], grp.k)
+        parts.append(out[:3] + (valid,))
+        slots.append(grp.slot.reshape(-1))
+        pairs.append(np.repeat(idx, grp.k))
+    # static permutation from group order to buffer (MuJoCo pair) order
+    slot = np.concatenate(slots)
+    perm = np.empty_like(slot)
+    perm[slot] = np.arange(len(slot))
+    ps = np.concatenate(pairs)[perm]
+    cat = [jnp.concatenate(xs)[perm] for xs in zip(*parts, strict=True)]
+    return _Slots(*cat, geom1=p.geom1[ps], geom2=p.geom2[ps], ipair=p.ipair[ps],
+                  condim=p.condim[ps], src=p.source[ps], margin=margin[ps])
+
+
+def _finish(m: Model, d: State, s: _Slots, ncon: int, dt) -> State:
+    """Contact parameters, the cap, and the state's contact fields."""
+    friction, solref, solreffriction, solimp, adhesion = _params(
+        m, s.geom1, s.geom2, s.ipair, s.src, dt)
+    valid = s.valid
+    dist = jnp.where(valid, s.dist, 0.0)
+    includemargin = jnp.asarray(s.margin, dt)
+    gapped = dist >= includemargin
+    dim = jnp.where((adhesion != 0) & gapped, 1, jnp.asarray(s.condim, jnp.int32))
+    con = Contact(
+        dist=dist, pos=jnp.where(valid[:, None], s.pos, 0.0),
+        frame=jnp.where(valid[:, None, None], s.frame, jnp.eye(3, dtype=dt)),
+        includemargin=includemargin, friction=friction, solref=solref,
+        solreffriction=solreffriction, solimp=solimp, dim=dim.astype(jnp.int32),
+        geom=jnp.stack([jnp.asarray(s.geom1, jnp.int32), jnp.asarray(s.geom2, jnp.int32)], -1),
+        efc_address=jnp.full(valid.shape, -1, jnp.int32), active=valid,
+        exclude=valid & gapped & (adhesion == 0), adhesion=adhesion,
+    )
+    n_needed = jnp.sum(valid).astype(jnp.int32)
+    overflow = d.overflow
+    if ncon < valid.shape[0]:
+        # keep the deepest contacts, in buffer order
+        score = jnp.where(valid, -dist, -jnp.inf)
+        _, top = jax.lax.top_k(score, ncon)
+        top = jnp.sort(top)
+        con = jax.tree_util.tree_map(lambda x: x[top], con)
+        overflow = overflow | (n_needed > ncon)
+    maxuse = jnp.maximum(d.maxuse_con, n_needed)
+    return d.replace(contact=con, ncon=jnp.minimum(n_needed, ncon).astype(jnp.int32),
+                     maxuse_con=maxuse.astype(jnp.int32), overflow=overflow)
+
+
+def collision(m: Model, d: State, nconmax: int | None = None) -> State:
+    """Fills `d.contact` (MuJoCo: mj_collision). Needs geom_xpos / geom_xmat."""
+    p = plan(m, nconmax)
+    dt = d.qpos.dtype
+    if p.ncon == 0:
+        return d.replace(contact=Contact.zeros(0, dt), ncon=jnp.zeros((), jnp.int32))
+    table = _functions()
+    parts = [_static_slots(m, d, p, table, dt)]
+    over = jnp.zeros((), bool)
+    for sw in p.sweeps:
+        sl, o = _sweep_slots(m, d, p, sw, table, dt)
+        parts.append(sl)
+        over = over | o
+    parts = [x for x in parts if x is not None]
+    s = _Slots(*(jnp.concatenate([jnp.asarray(x) for x in xs]) for xs in zip(*parts, strict=True)))
+    return _finish(m, d.replace(overflow=d.overflow | over), s, p.ncon, dt)
+
+
+def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
+    """Narrow phase over the pairs of one sweep group found at run time."""
+    f: _Filter = p.filt
+    ids = jnp.asarray(sw.geoms)
+    n = len(sw.geoms)
+    c = d.geom_xpos[sw.geoms]
+    r = m.geom_rbound[sw.geoms] + m.geom_margin[sw.geoms] + m.geom_gap[sw.geoms]
+    if m.opt.enableflags & EnableBit.OVERRIDE:
+        r = m.geom_rbound[sw.geoms] + 0.5 * m.opt.o_margin + m.geom_gap[sw.geoms]
+    cs = jax.lax.stop_gradient(c)
+    rs = jax.lax.stop_gradient(r)
+    cen = cs - jnp.mean(cs, 0)
+    _, vec = jnp.linalg.eigh(cen.T @ cen + 1e-12 * jnp.eye(3, dtype=cs.dtype))
+    x = cs @ vec[:, -1]
+    lo, hi = x - rs, x + rs
+    order = jnp.argsort(lo)
+    lo_s, hi_s = lo[order], hi[order]
+    rank = jnp.arange(n)
+    cnt = jnp.maximum(jnp.searchsorted(lo_s, hi_s, side="right") - rank - 1, 0)
+    cum = jnp.cumsum(cnt)
+    kk = jnp.arange(sw.cap1)
+    i = jnp.minimum(jnp.searchsorted(cum, kk, side="right"), n - 1)
+    j = jnp.minimum(i + 1 + kk - (cum[i] - cnt[i]), n - 1)
+    ok = kk < cum[-1]
+    a, b = order[i], order[j]
+    ga, gb = ids[a], ids[b]
+    gtype = jnp.asarray(_np(m.geom_type))
+    ta, tb = gtype[ga], gtype[gb]
+    t1, t2 = sw.types
+    if t1 == t2:
+        ok &= ta == t1
+        ok &= tb == t1
+        swap = ga > gb  # MuJoCo keeps the lower body's geom first for equal types
+    else:
+        ok &= ((ta == t1) & (tb == t2)) | ((ta == t2) & (tb == t1))
+        swap = ta == t2
+    a, b = jnp.where(swap, b, a), jnp.where(swap, a, b)
+    ga, gb = ids[a], ids[b]
+    dif = cs[a] - cs[b]
+    ok &= jnp.sum(dif * dif, -1) <= (rs[a] + rs[b]) ** 2
+    ok &= _auto_ok(f, ga, gb, jnp)
+    nok = jnp.sum(ok)
+    sel = jnp.nonzero(ok, size=sw.cap2, fill_value=0)[0]
+    live = jnp.arange(sw.cap2) < nok
+    overflow = (cum[-1] > sw.cap1) | (nok > sw.cap2)
+    a, b = a[sel], b[sel]
+    ga, gb = ids[a], ids[b]
+    margin = m.geom_margin[ga] + m.geom_margin[gb]
+    gap = m.geom_gap[ga] + m.geom_gap[gb]
+    if m.opt.enableflags & EnableBit.OVERRIDE:
+        margin = jnp.broadcast_to(m.opt.o_margin, margin.shape)
+    take = lambda data, idx: None if data is None else jax.tree_util.tree_map(  # noqa: E731
+        lambda z: z[idx], data)
+    data = _geom_data(m, sw.geoms) if t1 == t2 == GeomType.MESH else None
+    d1, d2 = take(data, a), take(data, b)
+    dist, pos, frame, valid = _narrow(m, d, table[sw.types][0], sw.k, ga, gb, d1, d2,
+                                      margin + gap, dt)
+    valid = valid & jnp.repeat(live, sw.k)
+    rep = lambda z: jnp.repeat(z, sw.k)  # noqa: E731
+    pri = jnp.asarray(_np(m.geom_priority))
+    cd = jnp.asarray(_np(m.geom_condim))
+    p1, p2 = pri[ga], pri[gb]
+    src = jnp.where(p1 > p2, 1, jnp.where(p1 < p2, 2, 0))
+    condim = jnp.where(src == 1, cd[ga], jnp.where(src == 2, cd[gb],
+                                                     jnp.maximum(cd[ga], cd[gb])))
+    sl = _Slots(dist, pos, frame, valid, rep(ga), rep(gb), rep(jnp.full_like(ga, -1)),
+                rep(condim), rep(src), rep(margin))
+    return sl, overflow

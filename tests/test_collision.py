@@ -1,0 +1,217 @@
+"""Collision driver against MuJoCo: pair filters, contact parameters, buffers, sweep.
+
+The narrow-phase functions have their own tests (test_collision_primitive/box/convex);
+here whole models go through `collision` after forward kinematics and every active
+contact is matched with one of MuJoCo's (same geom pair, distance, frame, parameters).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import jaxsim
+from jaxsim import smooth
+from jaxsim.collision import driver
+
+warnings.filterwarnings("ignore", category=UserWarning, module="jaxsim")
+
+
+@jax.jit
+def _collide(model, state):
+    return driver.collision(model, smooth.kinematics(model, state))
+
+
+def _ours(model, qpos):
+    st = jaxsim.make_state(model).replace(qpos=jnp.asarray(qpos))
+    return _collide(model, st)
+
+
+def _records_mj(m, d):
+    out = []
+    for i in range(d.ncon):
+        c = d.contact[i]
+        out.append(dict(geom=tuple(int(g) for g in c.geom), dist=float(c.dist),
+                        pos=np.array(c.pos), frame=np.array(c.frame).reshape(3, 3),
+                        dim=int(c.dim), friction=np.array(c.friction),
+                        solref=np.array(c.solref), solreffriction=np.array(c.solreffriction),
+                        solimp=np.array(c.solimp), includemargin=float(c.includemargin),
+                        exclude=bool(c.exclude)))
+    return out
+
+
+def _records_ours(st):
+    c = st.contact
+    out = []
+    for i in np.nonzero(np.asarray(c.active))[0]:
+        out.append(dict(geom=tuple(int(g) for g in c.geom[i]), dist=float(c.dist[i]),
+                        pos=np.asarray(c.pos[i]), frame=np.asarray(c.frame[i]),
+                        dim=int(c.dim[i]), friction=np.asarray(c.friction[i]),
+                        solref=np.asarray(c.solref[i]),
+                        solreffriction=np.asarray(c.solreffriction[i]),
+                        solimp=np.asarray(c.solimp[i]),
+                        includemargin=float(c.includemargin[i]), exclude=bool(c.exclude[i])))
+    return out
+
+
+def assert_contacts_match(m, d, st, tol=1e-9):
+    ref, ours = _records_mj(m, d), _records_ours(st)
+    key = lambda r: (r["geom"], round(r["dist"], 6), tuple(np.round(r["pos"], 6)))  # noqa: E731
+    ref.sort(key=key)
+    ours.sort(key=key)
+    assert [r["geom"] for r in ours] == [r["geom"] for r in ref], (ours, ref)
+    for o, r in zip(ours, ref, strict=True):
+        for f in ("dist", "pos", "frame", "friction", "solref", "solreffriction", "solimp",
+                  "includemargin"):
+            np.testing.assert_allclose(o[f], r[f], atol=tol, rtol=0, err_msg=f"{f} {r['geom']}")
+        assert o["dim"] == r["dim"], (o, r)
+        assert o["exclude"] == r["exclude"], (o, r)
+
+
+_FILTERS = """
+<mujoco>
+  <option>{flag}</option>
+  <default><geom contype="1" conaffinity="1"/></default>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1" friction="0.5 0.01 0.001" priority="1"/>
+    <body name="a" pos="0 0 0.09">
+      <freejoint/>
+      <geom name="a" type="sphere" size=".1" margin="0.02" gap="0.01" solmix="2"
+            solref="0.03 1" solimp="0.8 0.9 0.002 0.4 3"/>
+      <body name="a_child" pos="0.05 0 0">
+        <joint type="hinge" axis="0 0 1"/>
+        <geom name="a_child" type="capsule" size=".05 .1" euler="0 90 0" condim="4"/>
+      </body>
+    </body>
+    <body name="b" pos="0.15 0 0.12">
+      <freejoint/>
+      <geom name="b" type="sphere" size=".1" friction="2 0.1 0.1" condim="6"
+            solref="-1000 -50"/>
+    </body>
+    <body name="c" pos="0.3 0.05 0.1">
+      <freejoint/>
+      <geom name="c" type="capsule" size=".08 .1" solref="-800 -20" solmix="0"/>
+    </body>
+    <body name="d" pos="-0.15 0.0 0.1">
+      <freejoint/>
+      <geom name="d" type="sphere" size=".1" contype="2" conaffinity="2"/>
+      <geom name="d2" type="sphere" size=".05" pos="0 0 .1" contype="2" conaffinity="1"/>
+    </body>
+    <body name="e" pos="-0.3 0.0 0.12">
+      <freejoint/>
+      <geom name="e" type="capsule" size=".1 .1" priority="2" condim="1" friction="0.2 0 0"/>
+    </body>
+  </worldbody>
+  <contact>
+    <exclude body1="b" body2="c"/>
+    <pair geom1="d" geom2="a" margin="0.05" gap="0.02" friction="0.7 0.7 0.02 0.003 0.003"
+          solreffriction="0.05 0.5" condim="3"/>
+    <pair geom1="floor" geom2="e" condim="6" solref="0.01 0.5"/>
+  </contact>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("flag", ["", '<flag filterparent="disable"/>',
+                                  '<flag override="enable"/>'])
+def test_filters_and_parameters(flag):
+    if "override" in flag:
+        flag = ('</option><option o_margin="0.03" o_solref="0.05 0.9" '
+                'o_solimp="0.7 0.8 0.01 0.5 2" o_friction="0.3 0.3 0.01 0.001 0.001">' + flag)
+    xml = _FILTERS.format(flag=flag)
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    rng = np.random.default_rng(0)
+    for trial in range(4):
+        d = mujoco.MjData(m)
+        d.qpos[:] = m.qpos0
+        if trial:
+            d.qpos[:] += rng.normal(scale=0.03, size=m.nq)
+        mujoco.mj_forward(m, d)
+        assert d.ncon >= 3
+        st = _ours(model, d.qpos)
+        assert_contacts_match(m, d, st)
+        assert int(st.ncon) == d.ncon
+
+
+def test_cap_keeps_deepest_and_reports_overflow():
+    spheres = "".join(
+        f'<body pos="{0.15 * i} 0 {0.05 + 0.01 * i}"><freejoint/><geom type="sphere" '
+        f'size=".1"/></body>' for i in range(6))
+    xml = (f'<mujoco><size nconmax="4"/><worldbody><geom type="plane" size="5 5 .1"/>'
+           f'{spheres}</worldbody></mujoco>')
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    st = _ours(model, d.qpos)
+    assert st.contact.dist.shape == (4,)
+    ref = sorted(float(d.contact[i].dist) for i in range(d.ncon))
+    assert d.ncon > 4
+    ours = sorted(np.asarray(st.contact.dist)[np.asarray(st.contact.active)])
+    np.testing.assert_allclose(ours, ref[:4], atol=1e-12)
+    assert bool(st.overflow)
+    assert int(st.maxuse_con) == d.ncon
+
+    roomy = jaxsim.load_string(xml.replace('nconmax="4"', 'nconmax="100"'), dtype=jnp.float64)
+    st2 = _ours(roomy, d.qpos)
+    assert not bool(st2.overflow)
+    assert int(st2.ncon) == d.ncon
+
+
+def _pile_xml(n, seed=0, box=False):
+    rng = np.random.default_rng(seed)
+    side = int(np.ceil(n ** (1 / 3)))
+    bodies = []
+    for i in range(n):
+        x, y, z = (i % side), (i // side) % side, i // (side * side)
+        p = np.array([x, y, z], float) * 0.19 + rng.uniform(-0.02, 0.02, 3) + [0, 0, 0.1]
+        g = ('<geom type="box" size=".08 .07 .06"/>' if box and i % 2 else
+             '<geom type="sphere" size=".1"/>')
+        bodies.append(f'<body pos="{p[0]} {p[1]} {p[2]}"><freejoint/>{g}</body>')
+    return ('<mujoco><worldbody><geom type="plane" size="10 10 .1"/>' + "".join(bodies)
+            + "</worldbody></mujoco>")
+
+
+def test_sweep_finds_the_same_pairs_as_mujoco():
+    n = 72  # 2556 sphere-sphere candidate pairs: found at run time
+    xml = _pile_xml(n)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    p = driver.plan(model)
+    assert p.sweeps and p.sweeps[0].types == (2, 2)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    assert d.ncon > n
+    st = _ours(model, d.qpos)
+    assert not bool(st.overflow)
+    assert_contacts_match(m, d, st)
+
+
+def test_vmap_and_gradients_are_finite():
+    xml = _FILTERS.format(flag="")
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    q0 = jnp.asarray(model.qpos0)
+    qs = q0 + 0.02 * jax.random.normal(jax.random.PRNGKey(0), (3, model.nq))
+    batch = jax.jit(jax.vmap(_ours_traced, in_axes=(None, 0)))(model, qs)
+    for i in range(3):
+        one = _ours(model, qs[i])
+        np.testing.assert_allclose(batch.contact.dist[i], one.contact.dist, atol=1e-12)
+
+    def depth(q):
+        c = _ours_traced(model, q).contact
+        return jnp.sum(jnp.where(c.active, c.dist, 0.0))
+
+    g = jax.jit(jax.grad(depth))(q0)
+    assert np.all(np.isfinite(np.asarray(g)))
+    assert np.any(np.asarray(g) != 0)
+
+
+def _ours_traced(model, q):
+    st = jaxsim.make_state(model).replace(qpos=q)
+    return driver.collision(model, smooth.kinematics(model, st))
