@@ -27,6 +27,7 @@ from jaxsim.types import Contact, DisableBit, EnableBit, GeomType, Model, State
 
 MINMU = 1e-5  # MuJoCo's mjMINMU: smallest friction coefficient
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
+TOUCH = 1e-10  # slack on the detection bound (see _narrow)
 
 _NAMES = {t.value: t.name.lower() for t in GeomType}
 
@@ -370,7 +371,13 @@ class _Slots(NamedTuple):
 
 
 def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt):
-    """One vmapped narrow-phase call over a group; results as (p * k,) rows."""
+    """One vmapped narrow-phase call over a group; results as (p * k,) rows.
+
+    The detection bound is margin + gap + TOUCH: geoms that touch up to rounding are
+    always reported (MuJoCo's own rounding decides them either way; a contact with
+    dist >= margin is excluded from the constraints, so the physics is the same).
+    """
+    bound = bound + TOUCH
     ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
     gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
     res: Contacts = jax.vmap(fn)(ga, gb, bound)
@@ -385,7 +392,7 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
     if not p.groups:
         return None
     margin, gap = _margin_gap(m, p.geom1, p.geom2, p.ipair)
-    keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap)
+    keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap + TOUCH)
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
