@@ -178,8 +178,10 @@ def _pile_xml(n, seed=0, box=False):
             + "</worldbody></mujoco>")
 
 
-def test_sweep_finds_the_same_pairs_as_mujoco():
-    n = 72  # 2556 sphere-sphere candidate pairs: found at run time
+def test_sweep_finds_the_same_pairs_as_mujoco(monkeypatch):
+    n = 72  # 2556 sphere-sphere candidate pairs: found at run time below this threshold
+    monkeypatch.setattr(driver, "SWEEP_MIN", 2000)
+    monkeypatch.setattr(driver, "_PLANS", {})
     xml = _pile_xml(n)
     model = jaxsim.load_string(xml, dtype=jnp.float64)
     p = driver.plan(model)

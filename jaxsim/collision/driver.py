@@ -77,9 +77,9 @@ class Plan(NamedTuple):
 # not enumerated: its pairs are found at run time by sweep and prune along the principal
 # axis of the geom centres, with room for SWEEP_CAP1 * n overlapping projections and
 # SWEEP_CAP2 * n pairs (n geoms) for the narrow phase; `state.overflow` reports a cut.
-SWEEP_MIN = 2048
-SWEEP_CAP1 = 32
-SWEEP_CAP2 = 6
+SWEEP_MIN = 8192
+SWEEP_CAP1 = 64
+SWEEP_CAP2 = 8
 
 
 class Sweep(NamedTuple):
@@ -225,8 +225,8 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
             continue
         geoms = np.unique(np.concatenate([g1[sel], g2[sel]]))
         n = len(geoms)
-        cap1 = int(min(sel.sum(), max(1024, SWEEP_CAP1 * n)))
-        cap2 = int(min(sel.sum(), max(256, SWEEP_CAP2 * n)))
+        cap1 = int(min(n * (n - 1) // 2, max(4096, SWEEP_CAP1 * n)))
+        cap2 = int(min(sel.sum(), max(1024, SWEEP_CAP2 * n)))
         sweeps.append(Sweep(types, table[types][1], geoms, cap1, cap2))
         g1, g2, ip, t1, t2 = g1[~sel], g2[~sel], ip[~sel], t1[~sel], t2[~sel]
 
@@ -468,16 +468,30 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
     f: _Filter = p.filt
     ids = jnp.asarray(sw.geoms)
     n = len(sw.geoms)
-    c = d.geom_xpos[sw.geoms]
-    r = m.geom_rbound[sw.geoms] + m.geom_margin[sw.geoms] + m.geom_gap[sw.geoms]
+    g = sw.geoms
+    pad = m.geom_margin[g] + m.geom_gap[g]
     if m.opt.enableflags & EnableBit.OVERRIDE:
-        r = m.geom_rbound[sw.geoms] + 0.5 * m.opt.o_margin + m.geom_gap[sw.geoms]
-    cs = jax.lax.stop_gradient(c)
-    rs = jax.lax.stop_gradient(r)
+        pad = 0.5 * m.opt.o_margin + m.geom_gap[g]
+    # world boxes: the tighter of the rotated local box and the bounding sphere, padded
+    # by the geom's margin (MuJoCo's makeAAMM); no gradient flows through the search
+    rot = jax.lax.stop_gradient(d.geom_xmat[g])
+    cs = jax.lax.stop_gradient(d.geom_xpos[g])
+    aabb = jax.lax.stop_gradient(m.geom_aabb[g])
+    rb = jax.lax.stop_gradient(m.geom_rbound[g])[:, None]
+    bc = cs + jnp.einsum("nij,nj->ni", rot, aabb[:, :3])
+    bh = jnp.einsum("nij,nj->ni", jnp.abs(rot), aabb[:, 3:])
+    lo3 = jnp.maximum(cs - rb, bc - bh)
+    hi3 = jnp.minimum(cs + rb, bc + bh)
+    padn = jax.lax.stop_gradient(pad)[:, None]
+    lo3, hi3 = lo3 - padn, hi3 + padn
     cen = cs - jnp.mean(cs, 0)
     _, vec = jnp.linalg.eigh(cen.T @ cen + 1e-12 * jnp.eye(3, dtype=cs.dtype))
-    x = cs @ vec[:, -1]
-    lo, hi = x - rs, x + rs
+    u = vec[:, -1]
+    # projection of each box on u
+    mid, half = 0.5 * (lo3 + hi3), 0.5 * (hi3 - lo3)
+    xm = mid @ u
+    xh = half @ jnp.abs(u)
+    lo, hi = xm - xh, xm + xh
     order = jnp.argsort(lo)
     lo_s, hi_s = lo[order], hi[order]
     rank = jnp.arange(n)
@@ -501,8 +515,7 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
         swap = ta == t2
     a, b = jnp.where(swap, b, a), jnp.where(swap, a, b)
     ga, gb = ids[a], ids[b]
-    dif = cs[a] - cs[b]
-    ok &= jnp.sum(dif * dif, -1) <= (rs[a] + rs[b]) ** 2
+    ok &= jnp.all((lo3[a] <= hi3[b]) & (lo3[b] <= hi3[a]), axis=-1)
     ok &= _auto_ok(f, ga, gb, jnp)
     nok = jnp.sum(ok)
     sel = jnp.nonzero(ok, size=sw.cap2, fill_value=0)[0]
