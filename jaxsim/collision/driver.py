@@ -32,6 +32,14 @@ TOUCH = 1e-10  # slack on the detection bound (see _narrow)
 _NAMES = {t.value: t.name.lower() for t in GeomType}
 
 
+def _analytic() -> set:
+    """Type pairs with analytic colliders: MuJoCo reports their exact touches (dist ==
+    margin); the GJK-based colliders do not."""
+    from jaxsim.collision import box, primitive
+
+    return set(primitive.FUNCTIONS) | set(box.FUNCTIONS)
+
+
 def _functions() -> dict:
     """(type1, type2) -> (fn, K) from every narrow-phase module."""
     table = {}
@@ -77,9 +85,9 @@ class Plan(NamedTuple):
 # not enumerated: its pairs are found at run time by sweep and prune along the principal
 # axis of the geom centres, with room for SWEEP_CAP1 * n overlapping projections and
 # SWEEP_CAP2 * n pairs (n geoms) for the narrow phase; `state.overflow` reports a cut.
-SWEEP_MIN = 8192
+SWEEP_MIN = 1000
 SWEEP_CAP1 = 64
-SWEEP_CAP2 = 8
+SWEEP_CAP2 = 16
 
 
 class Sweep(NamedTuple):
@@ -226,7 +234,7 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
         geoms = np.unique(np.concatenate([g1[sel], g2[sel]]))
         n = len(geoms)
         cap1 = int(min(n * (n - 1) // 2, max(4096, SWEEP_CAP1 * n)))
-        cap2 = int(min(sel.sum(), max(1024, SWEEP_CAP2 * n)))
+        cap2 = int(min(sel.sum(), max(256, SWEEP_CAP2 * n)))
         sweeps.append(Sweep(types, table[types][1], geoms, cap1, cap2))
         g1, g2, ip, t1, t2 = g1[~sel], g2[~sel], ip[~sel], t1[~sel], t2[~sel]
 
@@ -373,11 +381,11 @@ class _Slots(NamedTuple):
 def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt):
     """One vmapped narrow-phase call over a group; results as (p * k,) rows.
 
-    The detection bound is margin + gap + TOUCH: geoms that touch up to rounding are
-    always reported (MuJoCo's own rounding decides them either way; a contact with
-    dist >= margin is excluded from the constraints, so the physics is the same).
+    For analytic colliders the callers pass margin + gap + TOUCH as `bound`: geoms that
+    touch up to rounding are reported, as MuJoCo reports exact touches (its own rounding
+    decides them either way; a contact with dist >= margin is excluded from the
+    constraints, so the physics is the same).
     """
-    bound = bound + TOUCH
     ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
     gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
     res: Contacts = jax.vmap(fn)(ga, gb, bound)
@@ -392,13 +400,14 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
     if not p.groups:
         return None
     margin, gap = _margin_gap(m, p.geom1, p.geom2, p.ipair)
-    keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap + TOUCH)
+    keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap + TOUCH)  # conservative
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
+        touch = TOUCH if grp.types in _analytic() else 0.0
         out = _narrow(m, d, table[grp.types][0], grp.k, grp.geom1, grp.geom2,
                       _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
-                      (margin + gap)[idx], dt)
+                      (margin + gap)[idx] + touch, dt)
         valid = out[3] & jnp.repeat(keep[idx], grp.k)
         parts.append(out[:3] + (valid,))
         slots.append(grp.slot.reshape(-1))
@@ -531,8 +540,9 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
         lambda z: z[idx], data)
     data = _geom_data(m, sw.geoms) if t1 == t2 == GeomType.MESH else None
     d1, d2 = take(data, a), take(data, b)
+    touch = TOUCH if sw.types in _analytic() else 0.0
     dist, pos, frame, valid = _narrow(m, d, table[sw.types][0], sw.k, ga, gb, d1, d2,
-                                      margin + gap, dt)
+                                      margin + gap + touch, dt)
     valid = valid & jnp.repeat(live, sw.k)
     rep = lambda z: jnp.repeat(z, sw.k)  # noqa: E731
     pri = jnp.asarray(_np(m.geom_priority))
