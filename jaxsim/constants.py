@@ -33,7 +33,7 @@ from jaxsim.types import (
 def blank_state(m: Model, qpos: jax.Array | None = None) -> State:
     """A State of zeros with the model's shapes at qpos0 (or `qpos`), mocap at body poses."""
     dt = m.body_pos.dtype
-    sizes = dict(m.sizes(), ncon=0)
+    sizes = dict(m.sizes(), ncon=0, nefc=0)
     fields = {}
     for name, info in State.field_info().items():
         if name == "contact":

@@ -592,7 +592,7 @@ def _empty_efc(m: Model, d: State, p: Plan) -> Efc:
     c = d.contact
     return Efc(J=jnp.zeros((0, m.nv), dt), pos=z, margin=z, frictionloss=z, R=z, D=z, aref=z,
                vel=z, type=zi, id=zi, active=jnp.zeros((0,), bool),
-               contact_adr=jnp.zeros(n, jnp.int32), contact_nrow=0,
+               contact_adr=np.zeros(n, np.int32), contact_nrow=0,
                contact_dim=jnp.zeros(n, jnp.int32), contact_mu=jnp.zeros(n, dt),
                contact_friction=c.friction if n else jnp.zeros((0, 5), dt))
 
@@ -698,7 +698,7 @@ def make_constraint(m: Model, d: State) -> Efc:
         frictionloss=zero(cat["frictionloss"]), R=R, D=jnp.where(act, 1 / R, 0.0),
         aref=zero(cat["aref"]), vel=zero(cat["vel"]), type=cat["type"], id=cat["id"],
         active=act,
-        contact_adr=jnp.asarray(p.nfixed + np.arange(n) * p.nrow, jnp.int32),
+        contact_adr=np.asarray(p.nfixed + np.arange(n) * p.nrow, np.int32),
         contact_nrow=p.nrow, contact_dim=contact_dim, contact_mu=contact_mu,
         contact_friction=d.contact.friction,
     )

@@ -16,28 +16,32 @@ The rows a contact actually uses are the first ones of its block (`active` marks
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
+import numpy as np
+
+from jaxsim.struct import Struct, leaf, static
 
 
-class Efc(NamedTuple):
+class Efc(Struct):
     """Constraint rows (all arrays have leading dimension nefc unless said otherwise)."""
 
-    J: jax.Array  # (nefc, nv) constraint Jacobian
-    pos: jax.Array  # (nefc,) constraint position (violation), MuJoCo's efc_pos
-    margin: jax.Array  # (nefc,) inclusion margin, efc_margin
-    frictionloss: jax.Array  # (nefc,) friction loss (friction rows), else 0
-    R: jax.Array  # (nefc,) regulariser from solimp (efc_R); finite and > 0 in every row
-    D: jax.Array  # (nefc,) 1 / R on active rows, 0 on inactive rows (efc_D)
-    aref: jax.Array  # (nefc,) reference acceleration from solref (efc_aref)
-    vel: jax.Array  # (nefc,) J qvel (efc_vel)
-    type: jax.Array  # (nefc,) int32 ConstraintType (types.ConstraintType)
-    id: jax.Array  # (nefc,) int32 id of the object (equality, dof, joint, tendon, contact)
-    active: jax.Array  # (nefc,) bool: the row exists in MuJoCo now
-    # contact structure (ncon = contact buffer size)
-    contact_adr: jax.Array  # (ncon,) int32 first row of each contact's block (static)
-    contact_nrow: int  # rows per contact block (static, the same for every contact)
-    contact_dim: jax.Array  # (ncon,) int32 condim in use (0 if the contact has no rows)
-    contact_mu: jax.Array  # (ncon,) friction[0] (the cone's slope; elliptic: scaled)
-    contact_friction: jax.Array  # (ncon, 5)
+    J: jax.Array = leaf("(nefc, nv)", "constraint Jacobian")
+    pos: jax.Array = leaf("(nefc,)", "constraint position (violation), efc_pos")
+    margin: jax.Array = leaf("(nefc,)", "inclusion margin, efc_margin")
+    frictionloss: jax.Array = leaf("(nefc,)", "friction loss (friction rows), else 0")
+    R: jax.Array = leaf("(nefc,)", "regulariser from solimp (efc_R); finite, > 0 in every row")
+    D: jax.Array = leaf("(nefc,)", "1 / R on active rows, 0 on inactive rows (efc_D)")
+    aref: jax.Array = leaf("(nefc,)", "reference acceleration from solref (efc_aref)")
+    vel: jax.Array = leaf("(nefc,)", "J qvel (efc_vel)")
+    type: jax.Array = leaf("(nefc,)", "int32 ConstraintType (types.ConstraintType)")
+    id: jax.Array = leaf("(nefc,)", "int32 id of the object (equality, dof, joint, tendon, contact)")
+    active: jax.Array = leaf("(nefc,)", "bool: the row exists in MuJoCo now")
+    contact_dim: jax.Array = leaf("(ncon,)", "int32 condim in use (0 if the contact has no rows)")
+    contact_mu: jax.Array = leaf(
+        "(ncon,)", "friction[0] * sqrt(1 / impratio); 0 for frictionless contacts or no rows")
+    contact_friction: jax.Array = leaf("(ncon, 5)", "friction of each contact")
+    contact_adr: np.ndarray = static("(ncon,)", "first row of each contact's block")
+    contact_nrow: int = static("()", "rows per contact block (the same for every contact)")
+
+    def _replace(self, **changes):
+        return self.replace(**changes)

@@ -1,111 +1,38 @@
 """The forward pipeline and the step: fwd_position, fwd_velocity, fwd_actuation,
 fwd_acceleration, forward, step, step1/step2. MuJoCo: engine_forward.c.
 
-Collision detection runs in fwd_position and fills `state.contact`. The constraint
-solver (equality, friction loss, limits, contact forces) is not implemented yet:
-`qacc = qacc_smooth` and `qfrc_constraint = 0`. A model that would produce constraint
-rows gets a `ConstraintsIgnoredWarning` when traced, naming what is ignored, unless the
-constraints (or the kinds it has) are disabled with `<option><flag .../></option>`.
+Collision detection runs in fwd_position and fills `state.contact`; fwd_constraint builds
+the constraint rows (constraint.py) and solves for the constrained acceleration
+(solver.py).
 """
 
 from __future__ import annotations
-
-import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import actuation as _actuation
+from jaxsim import constraint as _constraint
 from jaxsim import integrator as _integrator
 from jaxsim import passive as _passive
 from jaxsim import rne as _rne
 from jaxsim import smooth
+from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
-from jaxsim.types import DisableBit, Integrator, Model, Stage, State
+from jaxsim.types import Integrator, Model, Stage, State
 
 
 def _np(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
-# ----------------------------------------------------------------- constraint guard
-
-
-def _any_positive(x) -> bool:
-    """True when x is concrete and has a positive entry; False for traced values.
-
-    Friction loss is a parameter, not structure: inside `jit` its value is unknown at
-    trace time, so only concrete models can be checked.
-    """
-    if isinstance(x, jax.core.Tracer):
-        return False
-    return bool(np.any(np.asarray(x) > 0))
-
-
-def _contacts_possible(m: Model) -> bool:
-    """Whether any geom pair can pass MuJoCo's static collision filters (or npair > 0)."""
-    if m.npair:
-        return True
-    if m.ngeom < 2:
-        return False
-    gb = _np(m.geom_bodyid)
-    weld = _np(m.body_weldid)[gb]
-    ct, ca = _np(m.geom_contype), _np(m.geom_conaffinity)
-    i, j = np.triu_indices(m.ngeom, 1)
-    dofnum = _np(m.body_dofnum)[weld]
-    ok = (weld[i] != weld[j]) & (((ct[i] & ca[j]) | (ct[j] & ca[i])) != 0)
-    ok &= (dofnum[i] > 0) | (dofnum[j] > 0)
-    if not m.opt.disableflags & DisableBit.FILTERPARENT:
-        pw = _np(m.body_weldid)[_np(m.body_parentid)[_np(m.body_weldid)]]
-        wi, wj = weld[i], weld[j]
-        parent = (wi > 0) & (wj > 0) & ((pw[wi] == wj) | (pw[wj] == wi))
-        ok &= ~parent
-    if m.nexclude:
-        bi, bj = gb[i], gb[j]
-        sig = (np.minimum(bi, bj) << 16) + np.maximum(bi, bj)
-        ok &= ~np.isin(sig, _np(m.exclude_signature))
-    return bool(ok.any())
-
-
-class ConstraintsIgnoredWarning(UserWarning):
-    """The model has constraints and the constraint solver is not implemented yet."""
-
-
-def check_constraints(m: Model) -> None:
-    """Warns (ConstraintsIgnoredWarning) if the model would have constraint rows in MuJoCo."""
-    flags = m.opt.disableflags
-    if flags & DisableBit.CONSTRAINT:
-        return
-    missing = []
-    if not flags & DisableBit.CONTACT and _contacts_possible(m):
-        missing.append("contacts (disable with <flag contact=\"disable\"/>)")
-    if m.neq and not flags & DisableBit.EQUALITY:
-        missing.append(f"{m.neq} equality constraint(s) (<flag equality=\"disable\"/>)")
-    if not flags & DisableBit.LIMIT:
-        nj = int(np.asarray(m.jnt_limited, bool).sum())
-        nt = int(np.asarray(m.tendon_limited, bool).sum()) if m.ntendon else 0
-        if nj or nt:
-            missing.append(f"limits on {nj} joint(s) and {nt} tendon(s) (<flag limit=\"disable\"/>)")
-    if not flags & DisableBit.FRICTIONLOSS:
-        if _any_positive(m.dof_frictionloss) or (m.ntendon and _any_positive(m.tendon_frictionloss)):
-            missing.append("friction loss (<flag frictionloss=\"disable\"/>)")
-    if missing:
-        warnings.warn(
-            "jaxsim does not implement the constraint solver yet: qacc ignores the model's "
-            + "; ".join(missing)
-            + ". Disable them all with <option><flag constraint=\"disable\"/></option>.",
-            ConstraintsIgnoredWarning, stacklevel=3,
-        )
-
-
 # ----------------------------------------------------------------------------- stages
 
 
 def fwd_position(m: Model, d: State) -> State:
-    """Position-dependent quantities. MuJoCo: mj_fwdPosition (without constraint
-    construction, which is not implemented yet)."""
-    check_constraints(m)
+    """Position-dependent quantities and contacts. MuJoCo: mj_fwdPosition (the constraint
+    rows are built in fwd_constraint, where the velocities they need exist)."""
     d = smooth.kinematics(m, d)
     d = smooth.com_pos(m, d)
     d = smooth.camlight(m, d)
@@ -157,11 +84,18 @@ def fwd_acceleration(m: Model, d: State) -> State:
 
 
 def fwd_constraint(m: Model, d: State) -> State:
-    """Constraint forces. MuJoCo: mj_fwdConstraint.
-
-    No constraints yet (see `check_constraints`): qacc = qacc_smooth, qfrc_constraint = 0.
-    """
-    return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth))
+    """Constraint rows, forces and the constrained acceleration. MuJoCo: mj_makeConstraint,
+    mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py)."""
+    efc = _constraint.make_constraint(m, d)
+    if efc.J.shape[0] == 0:
+        return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
+                         efc_force=jnp.zeros(0, d.qacc.dtype))
+    qacc, force, state, info = _solver.solve(m, d, efc)
+    con = d.contact.replace(efc_address=jnp.where(
+        efc.contact_dim > 0, jnp.asarray(efc.contact_adr, jnp.int32), -1))
+    return d.replace(qacc=qacc, qfrc_constraint=efc.J.T @ force, efc_force=force,
+                     efc_state=state.astype(jnp.int32), efc_active=efc.active,
+                     solver_niter=jnp.asarray(info.niter, jnp.int32), contact=con)
 
 
 # --------------------------------------------------------------------------- pipeline

@@ -8,7 +8,8 @@ import numpy as np
 from jaxsim.struct import shape_of
 from jaxsim.types import Contact, Model, State
 
-_INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning")
+_INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning",
+               "efc_state", "solver_niter")
 
 
 def make_state(model: Model, keyframe: int | None = None, ncon: int | None = None) -> State:
@@ -24,14 +25,16 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
         from jaxsim.collision.driver import buffer_size
 
         ncon = buffer_size(model)
-    sizes = dict(model.sizes(), ncon=ncon)
+    from jaxsim.constraint import plan as _efc_plan
+
+    sizes = dict(model.sizes(), ncon=ncon, nefc=_efc_plan(model, ncon).nefc)
     fields = {}
     for name, info in State.field_info().items():
         if name == "contact":
             fields[name] = Contact.zeros(ncon, dt)
             continue
         kind = jnp.int32 if name in _INT_FIELDS else dt
-        if name == "overflow":
+        if name in ("overflow", "efc_active"):
             kind = bool
         fields[name] = jnp.zeros(shape_of(info["shape"], sizes), kind)
     fields["qpos"] = jnp.asarray(model.qpos0, dt)

@@ -871,6 +871,10 @@ class State(Struct):
     # contacts and constraints
     contact: Contact = leaf("-", "fixed-size contact buffer")
     ncon: Array = leaf("()", "number of active contacts")
+    efc_force: Array = leaf("(nefc,)", "constraint force per row (0 on inactive rows)")
+    efc_state: Array = leaf("(nefc,)", "constraint state per row (ConstraintState)")
+    efc_active: Array = leaf("(nefc,)", "true where the row exists in MuJoCo now")
+    solver_niter: Array = leaf("()", "number of solver iterations")
     overflow: Array = leaf("()", "true when a fixed buffer was too small for this state")
     maxuse_con: Array = leaf("()", "most contact slots needed so far")
     warning: Array = leaf("(8,)", "warning counters (Warning enum order)")

@@ -21,7 +21,7 @@ from lxml import etree
 
 import jaxsim
 from jaxsim import rne
-from jaxsim.forward import ConstraintsIgnoredWarning, integrate
+from jaxsim.forward import integrate
 from jaxsim.types import Integrator
 from tests.conftest import CORPUS, MODELS, gym_assets, mjx_test_data
 
@@ -245,12 +245,6 @@ def test_jit_does_not_retrace_on_values():
                             opt=model.opt.replace(timestep=model.opt.timestep * 0.5))
     f(heavier, st.replace(qvel=st.qvel + 1.0))
     assert len(traces) == 1
-
-
-def test_guard_warns_on_constraints():
-    model = jaxsim.load(str(MODELS / "cartpole.xml"), dtype=jnp.float64)  # joint limit
-    with pytest.warns(ConstraintsIgnoredWarning, match="limit"):
-        jaxsim.forward(model, jaxsim.make_state(model))
 
 
 # ----------------------------------------------------------------------------- gradients

@@ -86,7 +86,7 @@ class Plan(NamedTuple):
 # axis of the geom centres, with room for SWEEP_CAP1 * n overlapping projections and
 # SWEEP_CAP2 * n pairs (n geoms) for the narrow phase; `state.overflow` reports a cut.
 SWEEP_MIN = 1000
-SWEEP_CAP1 = 64
+SWEEP_CAP1 = 256
 SWEEP_CAP2 = 16
 
 

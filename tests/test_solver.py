@@ -1,0 +1,388 @@
+"""Constraint solvers against MuJoCo: MuJoCo's own constraint rows fed to `solver.solve`.
+
+Each case steps MuJoCo to a state with contacts, limits, friction loss and equalities,
+copies its rows (dense Jacobian) into a fixed-size `Efc` with inactive padding rows full
+of random finite values, and compares qacc, efc_force, efc_state, the iteration count and
+the per-iteration statistics with MuJoCo's mj_forward. Islands are disabled in MuJoCo so
+that its statistics are those of one monolithic solve, as ours.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+mujoco = pytest.importorskip("mujoco")
+
+from conftest import gym_assets  # noqa: E402
+
+import jaxsim  # noqa: E402
+from jaxsim import solver  # noqa: E402
+from jaxsim.efc import Efc  # noqa: E402
+from jaxsim.types import ConstraintState, ConstraintType  # noqa: E402
+
+NEWTON, CG, PGS = 2, 1, 0
+PYRAMIDAL, ELLIPTIC = 0, 1
+
+SMALL = """
+<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom type="plane" size="5 5 .1"/>
+    <body pos="0 0 0.3"><freejoint/><geom type="box" size=".1 .2 .05" condim="3" mass="2"/></body>
+    <body pos="0.5 0 0.3"><freejoint/><geom type="box" size=".1 .1 .05" condim="4"/></body>
+    <body pos="-0.5 0 0.3"><freejoint/><geom type="sphere" size=".08" condim="6"/></body>
+    <body pos="0 1 1.5">
+      <joint type="hinge" axis="0 1 0" limited="true" range="-30 30" frictionloss="0.5"/>
+      <geom type="capsule" fromto="0 0 0 .3 0 -.3" size=".03" contype="0" conaffinity="0"/>
+      <body pos=".3 0 -.3">
+        <joint type="hinge" axis="0 1 0" limited="true" range="-10 40" frictionloss="0.2"/>
+        <geom type="capsule" fromto="0 0 0 .3 0 0" size=".03" contype="0" conaffinity="0"/>
+      </body>
+    </body>
+    <body name="a" pos="1 -1 1"><freejoint/>
+      <geom type="box" size=".05 .05 .05" contype="0" conaffinity="0"/></body>
+    <body name="b" pos="1.2 -1 1"><freejoint/>
+      <geom type="box" size=".05 .05 .05" contype="0" conaffinity="0"/></body>
+  </worldbody>
+  <equality><weld body1="a" body2="b"/><connect body1="a" anchor="0 0 .1"/></equality>
+</mujoco>
+"""
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _mujoco(xml, cone, solver_, iterations, tol, steps=400, noslip=0, flags=0, seed=0):
+    """MuJoCo after a short rollout with random controls, then noisy qvel and forces."""
+    m = mujoco.MjModel.from_xml_string(xml)
+    m.opt.jacobian = mujoco.mjtJacobian.mjJAC_DENSE
+    m.opt.cone = cone
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(seed)
+    for i in range(steps):
+        if m.nu and i % 20 == 0:
+            d.ctrl[:] = rng.uniform(-1, 1, m.nu)
+        mujoco.mj_step(m, d)
+    m.opt.solver, m.opt.iterations, m.opt.tolerance = solver_, iterations, tol
+    m.opt.noslip_iterations = noslip
+    m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ISLAND | flags
+    d.qvel[:] += 0.3 * rng.standard_normal(m.nv)
+    d.qfrc_applied[:] = 3.0 * rng.standard_normal(m.nv)
+    mujoco.mj_forward(m, d)
+    return m, d
+
+
+def _efc(m, d, seed=1):
+    """MuJoCo's rows in a padded Efc; returns (efc, MuJoCo row of each slot, active)."""
+    rng = np.random.default_rng(seed)
+    elliptic = m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
+    maxdim = max([int(c) for c in m.geom_condim] + [1])
+    K = maxdim if elliptic else max(1, 2 * (maxdim - 1))
+
+    def nrow(dim):
+        return dim if elliptic and dim > 1 else (1 if dim == 1 else 2 * (dim - 1))
+
+    con_rows = set()
+    for c in range(d.ncon):
+        a = d.contact.efc_address[c]
+        if a >= 0:
+            con_rows.update(range(a, a + nrow(d.contact.dim[c])))
+    slots = []  # MuJoCo row of each slot, None for padding
+    for i in range(d.nefc):
+        if i not in con_rows:
+            slots.append(i)
+            if rng.random() < 0.3:
+                slots.append(None)
+    slots += [None] * 3
+    adr, dim, mu, fr = [], [], [], []
+    for c in range(d.ncon):
+        a, n = d.contact.efc_address[c], d.contact.dim[c]
+        adr.append(len(slots))
+        used = list(range(a, a + nrow(n))) if a >= 0 else []
+        slots += used + [None] * (K - len(used))
+        dim.append(n if a >= 0 else 0)
+        mu.append(d.contact.mu[c])
+        fr.append(d.contact.friction[c])
+    for _ in range(2):  # unused contact slots
+        adr.append(len(slots))
+        slots += [None] * K
+        dim.append(0)
+        mu.append(rng.random())
+        fr.append(rng.random(5))
+
+    act = np.array([s is not None for s in slots])
+    idx = np.array([s if s is not None else 0 for s in slots])
+    n = len(slots)
+
+    def rows(x, pad):
+        x = np.asarray(x)[idx]
+        return jnp.asarray(np.where(act.reshape((-1,) + (1,) * (x.ndim - 1)), x, pad(x.shape)))
+
+    def rnd(shape):
+        return rng.standard_normal(shape)
+
+    def pos(shape):
+        return rng.random(shape) + 0.1
+
+    efc = Efc(
+        J=rows(d.efc_J.reshape(d.nefc, m.nv), rnd), pos=rows(d.efc_pos, rnd),
+        margin=rows(d.efc_margin, rnd), frictionloss=rows(d.efc_frictionloss, pos),
+        R=rows(d.efc_R, pos), D=rows(d.efc_D, pos), aref=rows(d.efc_aref, rnd),
+        vel=rows(d.efc_vel, rnd),
+        type=jnp.asarray(np.where(act, d.efc_type[idx], rng.integers(0, 8, n)), jnp.int32),
+        id=jnp.asarray(np.where(act, d.efc_id[idx], 0), jnp.int32),
+        active=jnp.asarray(act),
+        contact_adr=np.array(adr, np.int32), contact_nrow=K,
+        contact_dim=jnp.asarray(np.array(dim, np.int32)),
+        contact_mu=jnp.asarray(np.array(mu, float)),
+        contact_friction=jnp.asarray(np.array(fr, float).reshape(-1, 5)),
+    )
+    return efc, idx, act
+
+
+@functools.cache
+def _load(xml):
+    return jaxsim.load_string(xml)
+
+
+def _jaxsim(xml, m, d):
+    """Our model (options copied from MuJoCo) and a state holding MuJoCo's inputs."""
+    jm = _load(xml)
+    o = m.opt
+    opt = jm.opt.replace(
+        cone=int(o.cone), solver=int(o.solver), iterations=int(o.iterations),
+        ls_iterations=int(o.ls_iterations), noslip_iterations=int(o.noslip_iterations),
+        disableflags=int(o.disableflags), tolerance=jnp.asarray(o.tolerance),
+        ls_tolerance=jnp.asarray(o.ls_tolerance),
+        noslip_tolerance=jnp.asarray(o.noslip_tolerance), impratio=jnp.asarray(o.impratio),
+    )
+    jm = jm.replace(opt=opt)
+    M = np.zeros((m.nv, m.nv))
+    mujoco.mj_fullM(m, d, M)
+    L = np.linalg.cholesky(M)
+    js = jaxsim.make_state(jm).replace(
+        qM=jnp.asarray(M), qLD=jnp.asarray(L), qLDiagInv=jnp.asarray(1 / np.diag(L)),
+        qacc_smooth=jnp.asarray(d.qacc_smooth), qfrc_smooth=jnp.asarray(d.qfrc_smooth),
+        qacc_warmstart=jnp.asarray(d.qacc_warmstart),
+    )
+    return jm, js
+
+
+@functools.cache
+def _solve(K):
+    # Efc.contact_nrow must be static: close over it. Compilation dominates these tests;
+    # XLA's backend optimisation buys nothing for them.
+    return jax.jit(lambda m, d, e: solver.solve(m, d, e._replace(contact_nrow=K)),
+                   compiler_options={"xla_backend_optimization_level": 0})
+
+
+def _run(xml, m, d, rows=None):
+    efc, idx, act = _efc(m, d) if rows is None else rows
+    jm, js = _jaxsim(xml, m, d)
+    out = _solve(efc.contact_nrow)(jm, js, efc)
+    return (jm, js, efc, idx, act), jax.tree.map(np.asarray, out)
+
+
+def _mj_stats(d):
+    n = d.solver_niter[0]
+    s = d.solver[:n]
+    return n, {k: np.array([getattr(x, k) for x in s]) for k in
+               ("improvement", "gradient", "lineslope", "nactive", "nchange", "neval")}
+
+
+def _rel(a, b):
+    return np.max(np.abs(np.asarray(a) - b), initial=0) / (1 + np.max(np.abs(b), initial=0))
+
+
+def _on_cone_boundary(m, d):
+    """MuJoCo rows of elliptic contacts whose dual forces lie on the cone's surface.
+
+    The dual states (PGS, noslip) of such rows depend on the last bit of mu N - T.
+    """
+    rows = set()
+    for c in range(d.ncon):
+        a, dim = d.contact.efc_address[c], d.contact.dim[c]
+        if a < 0 or d.efc_type[a] != ConstraintType.CONTACT_ELLIPTIC:
+            continue
+        f = d.efc_force[a:a + dim]
+        t = np.linalg.norm(f[1:] / d.contact.friction[c, : dim - 1])
+        if abs(f[0] - t) <= 1e-9 * (1 + abs(f[0])):
+            rows.update(range(a, a + dim))
+    return rows
+
+
+def _check(m, d, case, out, tol, dual=False):
+    _, _, _, idx, act = case
+    qacc, force, state, info = out
+    assert _rel(qacc, d.qacc) < tol
+    assert _rel(force[act], d.efc_force[idx[act]]) < tol
+    skip = _on_cone_boundary(m, d) if dual else set()
+    bad = [i for i in np.nonzero(state[act] != d.efc_state[idx[act]])[0] if idx[act][i] not in skip]
+    assert not bad, (state[act][bad], d.efc_state[idx[act]][bad])
+    # padding rows: no force, SATISFIED
+    assert np.all(force[~act] == 0) and np.all(state[~act] == ConstraintState.SATISFIED)
+
+
+def _check_stats(d, info, primal, nmax=None, tol=1e-9, niter=True, counts=True):
+    # counts: elliptic dual states (PGS, noslip) on the cone surface are round-off
+    n, ref = _mj_stats(d)
+    assert not niter or int(info.niter) == n
+    k = n if nmax is None else min(n, nmax)
+    scale = np.abs(ref["improvement"][:k]).max(initial=0) + 1e-300
+    assert np.abs(info.improvement[:k] - ref["improvement"][:k]).max(initial=0) / scale < tol
+    for key in ("nactive", "nchange") if counts else ():
+        np.testing.assert_array_equal(getattr(info, key)[:k], ref[key][:k], err_msg=key)
+    if primal:
+        g = ref["gradient"][:k]
+        assert np.all(np.abs(info.gradient[:k] - g) <= tol * np.abs(g) + 1e-12 * g.max(initial=0))
+        # line-search stopping tests compare derivatives with a gradient tolerance near
+        # their round-off, so one evaluation more or less is within rounding
+        assert np.all(np.abs(info.neval[:k] - ref["neval"][:k]) <= 2)
+        # the slope at the line minimum is round-off: compare absolutely
+        assert np.allclose(info.lineslope[:k], ref["lineslope"][:k], rtol=1e-6, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
+@pytest.mark.parametrize("solver_", [NEWTON, CG, PGS])
+def test_small_model(cone, solver_):
+    """Contacts (condim 3, 4, 6), limits, friction loss, weld and connect."""
+    pgs = solver_ == PGS
+    m, d = _mujoco(SMALL, cone, solver_, 3000 if pgs else 200, 1e-15 if pgs else 1e-12)
+    kinds = set(d.efc_type)
+    assert {0, 1, 3}.issubset(kinds) and d.ncon >= 3, kinds
+    case, out = _run(SMALL, m, d)
+    elliptic_pgs = pgs and cone == ELLIPTIC
+    _check(m, d, case, out, 1e-7 if elliptic_pgs else 1e-12, dual=pgs)
+    # rounding grows over PGS's many elliptic iterations: compare its first ones only
+    if elliptic_pgs:
+        _check_stats(d, out[3], False, nmax=20, tol=1e-6, niter=False, counts=False)
+    else:
+        _check_stats(d, out[3], not pgs)
+
+    # early exit by tolerance (a leaf: no recompilation)
+    m.opt.tolerance = 1e-3
+    mujoco.mj_forward(m, d)
+    jm, js, efc, idx, act = case
+    jm = jm.replace(opt=jm.opt.replace(tolerance=jnp.asarray(1e-3)))
+    out = jax.tree.map(np.asarray, _solve(efc.contact_nrow)(jm, js, efc))
+    assert 0 < int(out[3].niter) < 200
+    _check(m, d, case, out, 1e-9, dual=pgs)
+    _check_stats(d, out[3], not pgs, tol=1e-6, counts=not elliptic_pgs)
+
+
+@pytest.mark.skipif(gym_assets() is None, reason="gymnasium not installed")
+@pytest.mark.parametrize("name,cone,solver_,seed", [
+    ("ant.xml", PYRAMIDAL, NEWTON, 2), ("ant.xml", ELLIPTIC, PGS, 2),
+    ("humanoid.xml", PYRAMIDAL, CG, 0), ("humanoid.xml", ELLIPTIC, NEWTON, 0),
+])
+def test_gym(name, cone, solver_, seed):
+    xml = (gym_assets() / name).read_text()
+    pgs = solver_ == PGS
+    m, d = _mujoco(xml, cone, solver_, 2000 if pgs else 200, 1e-15 if pgs else 1e-12,
+                   steps=1000, seed=seed)
+    assert d.ncon > 0
+    case, out = _run(xml, m, d)
+    _check(m, d, case, out, 1e-7 if pgs else 1e-12, dual=pgs)
+    ell_pgs = pgs and cone == ELLIPTIC
+    _check_stats(d, out[3], not pgs, nmax=20 if pgs else None, tol=1e-6, niter=not ell_pgs,
+                 counts=not ell_pgs)
+
+
+@pytest.mark.parametrize("solver_", [NEWTON, PGS])
+def test_warmstart(solver_):
+    """Warmstart disabled; a useless warmstart (qacc_smooth wins); a converged one."""
+    pgs = solver_ == PGS
+    it, tol = (3000, 1e-15) if pgs else (200, 1e-12)
+    flag = mujoco.mjtDisableBit.mjDSBL_WARMSTART
+    m, d = _mujoco(SMALL, PYRAMIDAL, solver_, it, tol, flags=flag)
+    case, out = _run(SMALL, m, d)
+    _check(m, d, case, out, 1e-10, dual=pgs)
+    _check_stats(d, out[3], not pgs)
+
+    m.opt.disableflags &= ~int(flag)
+    for warm in (1e3 * np.random.default_rng(5).standard_normal(m.nv), d.qacc.copy()):
+        d.qacc_warmstart[:] = warm
+        mujoco.mj_forward(m, d)
+        _, out = _run(SMALL, m, d, rows=case[2:])
+        _check(m, d, case, out, 1e-10, dual=pgs)
+        _check_stats(d, out[3], not pgs, tol=1e-6)
+    # the converged warmstart: the primal certificate ends before the first iteration
+    if not pgs:
+        assert int(out[3].niter) == 0
+
+
+@pytest.mark.parametrize("cone,solver_", [(PYRAMIDAL, NEWTON), (ELLIPTIC, CG)])
+def test_noslip(cone, solver_):
+    m, d = _mujoco(SMALL, cone, solver_, 200, 1e-12, noslip=30)
+    case, out = _run(SMALL, m, d)
+    _check(m, d, case, out, 1e-12, dual=True)
+    _check_stats(d, out[3], False, tol=1e-6, counts=cone == PYRAMIDAL)
+
+
+_FAST = {"xla_backend_optimization_level": 0}
+
+
+@functools.cache
+def _grad_case(cone, iterations=200):
+    """A loss of (qacc_smooth, aref) through `solve`, its compiled gradient, its inputs."""
+    m, d = _mujoco(SMALL, cone, NEWTON, iterations, 1e-14)
+    efc, _, act = _efc(m, d)
+    jm, js = _jaxsim(SMALL, m, d)
+    w = jnp.asarray(np.random.default_rng(3).standard_normal(m.nv))
+    K = efc.contact_nrow
+
+    def loss(x, aref):
+        # qfrc_smooth follows qacc_smooth, as in the forward pipeline
+        s = js.replace(qacc_smooth=x, qfrc_smooth=js.qM @ x)
+        qacc, force, _, _ = solver.solve(jm, s, efc._replace(aref=aref, contact_nrow=K))
+        return jnp.dot(w, qacc) + 1e-3 * jnp.dot(force, force)
+
+    args = (js.qacc_smooth, efc.aref)
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1)), compiler_options=_FAST).lower(*args).compile()
+    return m, jm, js, efc, act, loss, grad, w
+
+
+@pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
+def test_grad_implicit(cone):
+    """Reverse mode against central differences; forward mode against reverse."""
+    m, jm, js, efc, act, loss, grad, w = _grad_case(cone)
+    x0, a0 = js.qacc_smooth, efc.aref
+    solve = _solve(efc.contact_nrow)  # compiled already by test_small_model
+
+    def value(x, aref):
+        s = js.replace(qacc_smooth=x, qfrc_smooth=js.qM @ x)
+        qacc, force, _, _ = solve(jm, s, efc._replace(aref=aref))
+        return float(jnp.dot(w, qacc) + 1e-3 * jnp.dot(force, force))
+
+    gx, ga = grad(x0, a0)
+    h = 1e-6
+    fx = [(value(x0.at[i].add(h), a0) - value(x0.at[i].add(-h), a0)) / (2 * h)
+          for i in range(m.nv)]
+    rows = np.nonzero(act)[0]
+    fa = [(value(x0, a0.at[i].add(h)) - value(x0, a0.at[i].add(-h))) / (2 * h) for i in rows]
+    assert np.abs(gx - np.array(fx)).max() < 1e-5 * np.abs(fx).max()
+    assert np.abs(np.asarray(ga)[rows] - np.array(fa)).max() < 1e-5 * np.abs(fa).max()
+    assert np.all(np.asarray(ga)[~act] == 0)
+    assert np.abs(ga).max() > 0
+
+    if cone == PYRAMIDAL:
+        v = jnp.asarray(np.random.default_rng(4).standard_normal(m.nv))
+        jvp = jax.jit(lambda x, v: jax.jvp(lambda y: loss(y, a0), (x,), (v,)),
+                      compiler_options=_FAST)
+        _, jv = jvp(x0, v)
+        assert abs(float(jv) - float(jnp.dot(gx, v))) < 1e-10 * (1 + abs(float(jv)))
+
+
+def test_grad_iterations():
+    """The VJP neither unrolls nor depends on the iteration count or early exit."""
+    cases = [_grad_case(PYRAMIDAL, it) for it in (200, 20)]
+    temp = [c[6].memory_analysis().temp_size_in_bytes for c in cases]
+    grads = [np.asarray(c[6](c[2].qacc_smooth, c[3].aref)[0]) for c in cases]
+    assert temp[0] == temp[1]
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
