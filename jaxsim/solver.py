@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxsim.efc import Efc
@@ -986,6 +987,11 @@ def solve(m: Model, d: State, efc: Efc):
     nefc = efc.J.shape[0]
     dt = d.qacc_smooth.dtype
     nstat = m.opt.iterations + m.opt.noslip_iterations
+    if int(efc.contact_nrow) == 0 or efc.contact_adr.shape[0] == 0:
+        # no contact rows: one empty block (dim 0) keeps the block arrays non-empty
+        efc = efc.replace(contact_adr=np.zeros(1, np.int32), contact_nrow=1,
+                          contact_dim=jnp.zeros(1, jnp.int32), contact_mu=jnp.zeros(1, dt),
+                          contact_friction=jnp.zeros((1, 5), dt))
     if nefc == 0 or m.nv == 0:
         return d.qacc_smooth, jnp.zeros(nefc, dt), jnp.zeros(nefc, jnp.int32), _stats(nstat, dt)
     has_cone = (m.opt.cone == Cone.ELLIPTIC and int(efc.contact_nrow) > 1
