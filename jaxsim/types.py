@@ -378,7 +378,7 @@ class Option(Struct):
 
 _SIZES = (
     "nq nv nu na nbody njnt ngeom nsite ncam nlight nmesh nmeshvert nmeshface "
-    "nmeshgraph nhfield nhfielddata nmat npair nexclude neq ntendon nwrap nsensor "
+    "nmeshgraph npoly npolyvert nhfield nhfielddata nmat npair nexclude neq ntendon nwrap nsensor "
     "nsensordata nnumeric nnumericdata ntext ntextdata ntuple ntupledata nkey nmocap "
     "nuser_body nuser_jnt nuser_geom nuser_site nuser_cam nuser_tendon nuser_actuator "
     "nuser_sensor ntree nM nhistory ngravcomp nconmax njmax"
@@ -403,6 +403,8 @@ class Model(Struct):
     nmeshvert: int = static("()", "number of vertices in all meshes")
     nmeshface: int = static("()", "number of triangles in all meshes")
     nmeshgraph: int = static("()", "number of ints in all convex-hull graphs")
+    npoly: int = static("()", "number of polygons in all mesh hulls")
+    npolyvert: int = static("()", "number of vertex ids in all mesh polygons")
     nhfield: int = static("()", "number of height fields")
     nhfielddata: int = static("()", "number of samples in all height fields")
     nmat: int = static("()", "number of materials")
@@ -589,6 +591,11 @@ class Model(Struct):
     mesh_graphadr: np.ndarray = static("(nmesh,)", "convex-hull graph address, -1 if none")
     mesh_face: np.ndarray = static("(nmeshface, 3)", "vertex indices of each triangle")
     mesh_graph: np.ndarray = static("(nmeshgraph,)", "convex hull graphs (MuJoCo's layout)")
+    mesh_polyadr: np.ndarray = static("(nmesh,)", "first polygon of the mesh's hull")
+    mesh_polynum: np.ndarray = static("(nmesh,)", "number of hull polygons (coplanar faces merged)")
+    mesh_polyvertadr: np.ndarray = static("(npoly,)", "first vertex id of each polygon")
+    mesh_polyvertnum: np.ndarray = static("(npoly,)", "number of vertices of each polygon")
+    mesh_polyvert: np.ndarray = static("(npolyvert,)", "polygon vertex ids, counter-clockwise about the outward normal")
     mesh_vert: Array = leaf("(nmeshvert, 3)", "vertex positions in the mesh frame")
     mesh_scale: Array = leaf("(nmesh, 3)", "scaling applied to the asset vertices")
     mesh_pos: Array = leaf("(nmesh, 3)", "translation applied to the asset vertices")

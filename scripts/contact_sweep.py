@@ -42,6 +42,8 @@ def main() -> int:
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--states", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--detail", action="store_true",
+                    help="print the geom pairs that differ in each failing state")
     a = ap.parse_args()
     paths = []
     for p in a.paths:
@@ -80,6 +82,8 @@ def main() -> int:
                 out = collide(model, st)
                 crep, cok = referee.contact_report(m, d, out)
                 ok &= cok
+                if a.detail and not cok:
+                    _detail(m, d, out, _)
                 agg["states"] += 1
                 agg["pairs_missing"] += crep["pairs_missing"]
                 agg["pairs_extra"] += crep["pairs_extra"]
@@ -90,6 +94,7 @@ def main() -> int:
             rep["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             rep["traceback"] = traceback.format_exc()[-1200:]
         rep.update(agg, ok=bool(ok), seconds=round(time.perf_counter() - t0, 1))
+        jax.clear_caches()  # one compiled function per model: free them (LLVM maps run out)
         reps.append(rep)
         err = f" error={rep['error']}" if "error" in rep else ""
         print(f"{'PASS' if ok else 'FAIL':5s} {path} missing={agg['pairs_missing']} "
@@ -102,6 +107,25 @@ def main() -> int:
         with open(a.json, "w") as fh:
             json.dump(reps, fh, indent=1, default=str)
     return 0
+
+
+def _detail(m, d, out, label):
+    """Per geom pair: deepest distance, MuJoCo's and ours (pairs that differ only)."""
+    ref, ours = {}, {}
+    for i in range(d.ncon):
+        c = d.contact[i]
+        ref.setdefault(tuple(sorted(map(int, c.geom))), []).append(float(c.dist))
+    act = np.asarray(out.contact.active).astype(bool)
+    for g, dd in zip(np.asarray(out.contact.geom)[act], np.asarray(out.contact.dist)[act],
+                     strict=True):
+        ours.setdefault(tuple(sorted(map(int, g))), []).append(float(dd))
+    for k in sorted(set(ref) | set(ours)):
+        r, o = ref.get(k), ours.get(k)
+        if r and o and abs(min(r) - min(o)) <= 1e-5:
+            continue
+        types = tuple(int(m.geom_type[g]) for g in k)
+        print(f"   {label}: geoms {k} types {types}: mujoco {sorted(r) if r else None} "
+              f"ours {sorted(o) if o else None}")
 
 
 if __name__ == "__main__":

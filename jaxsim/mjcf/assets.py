@@ -207,6 +207,7 @@ def finish_meshes(ctx: Ctx) -> None:
             need[dataid[g]] = True
     verts, faces, graphs = [], [], []
     vadr, vnum, fadr, fnum, gadr = [], [], [], [], []
+    polyadr, polynum, polyvertadr, polyvertnum, polyvert = [], [], [], [], []
     pos, quat, scale = [], [], []
     nv = nf = ng = 0
     for i, m in enumerate(ctx.meshes):
@@ -223,8 +224,14 @@ def finish_meshes(ctx: Ctx) -> None:
             gadr.append(ng)
             graphs.append(np.asarray(p.graph))
             ng += len(p.graph)
+            polys = p.polygons or []
         else:
             gadr.append(-1)
+            polys = []
+        polyadr.append(len(polyvertnum)), polynum.append(len(polys))
+        for q in polys:
+            polyvertadr.append(len(polyvert)), polyvertnum.append(len(q))
+            polyvert.extend(q)
         pos.append(p.pos), quat.append(p.quat), scale.append(m.args["scale"])
         nv += len(p.vert)
         nf += len(p.face)
@@ -236,6 +243,12 @@ def finish_meshes(ctx: Ctx) -> None:
         mesh_vert=np.concatenate(verts).reshape(nv, 3) if verts else np.zeros((0, 3)),
         mesh_face=np.concatenate(faces).reshape(nf, 3) if faces else np.zeros((0, 3), np.int64),
         mesh_graph=np.concatenate(graphs) if graphs else np.zeros(0, dtype=np.int64),
+        npoly=len(polyvertnum), npolyvert=len(polyvert),
+        mesh_polyadr=np.array(polyadr, dtype=np.int64),
+        mesh_polynum=np.array(polynum, dtype=np.int64),
+        mesh_polyvertadr=np.array(polyvertadr, dtype=np.int64),
+        mesh_polyvertnum=np.array(polyvertnum, dtype=np.int64),
+        mesh_polyvert=np.array(polyvert, dtype=np.int64),
         mesh_pos=np.array(pos).reshape(nmesh, 3), mesh_quat=np.array(quat).reshape(nmesh, 4),
         mesh_scale=np.array(scale).reshape(nmesh, 3),
     )

@@ -19,8 +19,8 @@ import dataclasses
 
 import numpy as np
 
-from jaxsim.mjcf.mesh_io import (MeshError, RawMesh,
-                                 content_type_of, raw_from_user, read_mesh_file)
+from jaxsim.mjcf.mesh_io import MeshError, RawMesh, content_type_of, raw_from_user, read_mesh_file
+from jaxsim.mjcf.polygons import make_polygons
 
 __all__ = [
     "MeshError", "RawMesh", "ProcessedMesh", "read_mesh_file", "raw_from_user",
@@ -73,6 +73,7 @@ class ProcessedMesh:
     texcoord: np.ndarray | None = None
     facenormal: np.ndarray | None = None
     facetexcoord: np.ndarray | None = None
+    polygons: list | None = None
 
 
 # ----------------------------------------------------------------------------
@@ -530,6 +531,11 @@ def process_mesh(raw: RawMesh, *, scale=(1.0, 1.0, 1.0), refpos=(0.0, 0.0, 0.0),
                       0.5 * np.sqrt(6 * (ev[0] + ev[2] - ev[1]) / vref),
                       0.5 * np.sqrt(6 * (ev[0] + ev[1] - ev[2]) / vref)])
 
+    # hull polygons: MuJoCo 4.0 groups the faces by normal direction before the move into
+    # the inertial frame (the grouping's rounding depends on the frame)
+    polygons = (make_polygons(dvert, _hull_faces(graph)) if graph is not None and len(graph)
+                else [])
+
     # move into the inertial frame: v' = R(q)^T (v - com)
     dvert = dvert - com
     mat = np.array(_quat2mat([quat[0], -quat[1], -quat[2], -quat[3]])).reshape(3, 3)
@@ -543,11 +549,19 @@ def process_mesh(raw: RawMesh, *, scale=(1.0, 1.0, 1.0), refpos=(0.0, 0.0, 0.0),
         quat=quat, volume=float(vref), surface=float(surface), eigval=eigval,
         boxsz=boxsz, aamm=aamm, graph=graph, extrema=_extrema(vert32, graph),
         normal=raw.normal, texcoord=raw.texcoord, facenormal=raw.facenormal,
-        facetexcoord=raw.facetexcoord)
+        facetexcoord=raw.facetexcoord,
+        polygons=polygons)
 
 
 # ----------------------------------------------------------------------------
 # geoms referring to meshes
+
+
+def _hull_faces(graph) -> np.ndarray:
+    """The hull's triangles (vertex ids) from a mesh_graph block."""
+    nv, nf = int(graph[0]), int(graph[1])
+    start = 2 + 3 * nv + 3 * nf
+    return np.asarray(graph[start:start + 3 * nf], np.int64).reshape(nf, 3)
 
 
 def fit_geom(mesh: ProcessedMesh, geom_type: str, *, fitaabb: bool = False,
