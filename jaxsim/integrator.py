@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from jaxsim import actuation, math, passive, rne, scan, smooth
@@ -386,8 +387,33 @@ def rungekutta4(m: Model, d: State) -> State:
     h = m.opt.timestep
     t0, q0, v0, a0 = d.time, d.qpos, d.qvel, d.act
     rot = _rot_dofs(m)
-    vel = [v0]  # stage velocities, rotations RKMK-corrected
-    F = [(d.qacc, d.act_dot)]
+    dt = v0.dtype
+    # stage velocities (rotations RKMK-corrected), accelerations and act_dot, by stage;
+    # the three intermediate stages are one scanned forward pass (compiled once)
+    A = np.zeros((3, 4))
+    for i, row in enumerate(_RK4_A):
+        A[i, :len(row)] = row
+    vel = jnp.zeros((4,) + v0.shape, dt).at[0].set(v0)
+    acc = jnp.zeros((4,) + v0.shape, dt).at[0].set(d.qacc)
+    adot = jnp.zeros((4,) + a0.shape, dt).at[0].set(d.act_dot)
+
+    def stage(carry, x):
+        d, vel, acc, adot = carry
+        i, row = x
+        # one nonzero coefficient per row: the sums equal MuJoCo's exactly
+        dq, dv, da = row @ vel, row @ acc, row @ adot
+        d = d.replace(qpos=integrate_pos(m, q0, dq, h), qvel=v0 + h * dv, act=a0 + h * da,
+                      time=t0 + jnp.sum(row) * h)
+        d = forward_skip(m, d, skipsensor=True)
+        v = d.qvel
+        if rot.size:
+            v = v.at[rot].set(_dexpinv(h * dq[rot], v[rot]))
+        return (d, vel.at[i + 1].set(v), acc.at[i + 1].set(d.qacc),
+                adot.at[i + 1].set(d.act_dot)), None
+
+    (d, vel, acc, adot), _ = lax.scan(stage, (d, vel, acc, adot),
+                                      (jnp.arange(3), jnp.asarray(A, dt)))
+    vel, F = list(vel), list(zip(acc, adot, strict=True))
 
     def comb(coef):
         dq = sum(c * v for c, v in zip(coef, vel, strict=False) if c)
@@ -395,17 +421,6 @@ def rungekutta4(m: Model, d: State) -> State:
         da = sum(c * f[1] for c, f in zip(coef, F, strict=False) if c)
         return dq, dv, da
 
-    for row in _RK4_A:
-        dq, dv, da = comb(row)
-        d = d.replace(qpos=integrate_pos(m, q0, dq, h), qvel=v0 + h * dv, act=a0 + h * da,
-                      time=t0 + sum(row) * h)
-        d = forward_skip(m, d, skipsensor=True)
-        v = d.qvel
-        if rot.size:
-            th = h * dq[rot]
-            v = v.at[rot].set(_dexpinv(th, v[rot]))
-        vel.append(v)
-        F.append((d.qacc, d.act_dot))
     dq, dv, da = comb(_RK4_B)
     d = d.replace(time=t0, qpos=q0, qvel=v0, act=a0)
     return advance(m, d, da, dv, dq)

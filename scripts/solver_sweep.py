@@ -1,0 +1,129 @@
+"""The referee over models with contacts, once per solver (Newton, CG, PGS) and cone.
+
+For each model MuJoCo reports contacts for (in the referee's own states), writes a copy
+beside it with an extra `<option solver=.. cone=..>` (for PGS also more iterations and a
+lower tolerance, on both sides, as PGS converges slowly) and runs the referee's
+`check_model` on it with the stages compile,forward,contact,step. One line per model and
+variant, then the pass rate per variant and per source directory.
+
+    python scripts/solver_sweep.py [--states 3] [--json out.json]
+        [--variants newton-pyramidal,pgs-elliptic,...] MODEL_OR_DIR ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pathlib
+import sys
+import time
+import warnings
+
+import jax
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT.parent / "shared" / "referee"))
+
+VARIANTS = [f"{s}-{c}" for s in ("newton", "cg", "pgs") for c in ("pyramidal", "elliptic")]
+PGS_ITERATIONS, PGS_TOLERANCE = 2000, 1e-14
+
+
+def _variant_file(path: str, variant: str) -> str:
+    """A copy of the model beside it with the solver and cone of `variant`."""
+    from lxml import etree
+
+    solver, cone = variant.split("-")
+    tree = etree.parse(path)
+    root = tree.getroot()
+    opt = etree.SubElement(root, "option")  # the last <option> wins
+    opt.set("solver", {"newton": "Newton", "cg": "CG", "pgs": "PGS"}[solver])
+    opt.set("cone", cone)
+    if solver == "pgs":
+        opt.set("iterations", str(PGS_ITERATIONS))
+        opt.set("tolerance", repr(PGS_TOLERANCE))
+    out = os.path.join(os.path.dirname(path), f".jaxsim-{variant}-" + os.path.basename(path))
+    tree.write(out)
+    return out
+
+
+def _has_contacts(mujoco, referee, path: str, nstates: int) -> bool:
+    m = mujoco.MjModel.from_xml_path(path)
+    rng = np.random.default_rng(0)
+    for _, d in referee.random_states(m, rng, nstates):
+        mujoco.mj_forward(m, d)
+        if d.ncon:
+            return True
+    return False
+
+
+def main() -> int:
+    jax.config.update("jax_enable_x64", True)
+    import mujoco
+    import referee
+
+    import jaxsim
+
+    warnings.simplefilter("ignore")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--states", type=int, default=3)
+    ap.add_argument("--json")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    a = ap.parse_args()
+    variants = a.variants.split(",")
+    paths = []
+    for p in a.paths:
+        if os.path.isdir(p):
+            paths += sorted(glob.glob(os.path.join(p, "**", "*.xml"), recursive=True))
+        else:
+            paths.append(p)
+    paths = [p for p in paths if not os.path.basename(p).startswith(".")]
+    stages = ("compile", "forward", "contact", "step")
+    reps = []
+    for path in paths:
+        if not referee.is_standalone_model(path):
+            continue
+        try:
+            jaxsim.load(path)
+        except Exception:  # noqa: BLE001 -- not loadable: not in this sweep's population
+            continue
+        if not _has_contacts(mujoco, referee, path, a.states):
+            continue
+        for v in variants:
+            tmp = _variant_file(path, v)
+            t0 = time.perf_counter()
+            try:
+                r = referee.check_model(jaxsim, tmp, a.states, stages=stages)
+            except Exception as e:  # noqa: BLE001 -- MuJoCo rejects the variant, etc.
+                r = {"pass": False, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+            finally:
+                os.remove(tmp)
+            jax.clear_caches()
+            r.update(model=path, variant=v, seconds=round(time.perf_counter() - t0, 1))
+            reps.append(r)
+            st = r.get("stages", {})
+            why = "" if r["pass"] else " " + "; ".join(
+                f"{k}:{','.join(s.get('bad', [])) or 'x'}" for k, s in st.items()
+                if not s.get("ok", True)) + (f" error={r['error']}" if "error" in r else "")
+            solver = st.get("forward", {}).get("worst_solver", float("nan"))
+            print(f"{'PASS' if r['pass'] else 'FAIL':5s} {v:16s} {path} "
+                  f"solver_err={solver:.1e} {r['seconds']}s{why}", flush=True)
+    print("\nper variant and source:")
+    by = {}
+    for r in reps:
+        src = "gymnasium" if "gymnasium" in r["model"] else (
+            "mjx" if "mjx" in r["model"] else ("corpus" if "corpus" in r["model"] else "other"))
+        by.setdefault((r["variant"], src), []).append(r["pass"])
+    for (v, src), ok in sorted(by.items()):
+        print(f"  {v:16s} {src:10s} {sum(ok)}/{len(ok)} ({100.0 * sum(ok) / len(ok):.0f}%)")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(reps, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
