@@ -13,6 +13,7 @@ from jaxsim.types import ObjType
 
 jax.config.update("jax_enable_x64", True)
 
+from compare import SKIP  # noqa: E402
 from conftest import CORPUS as _CORPUS_DIR  # noqa: E402
 
 CORPUS = str(_CORPUS_DIR)
@@ -29,7 +30,6 @@ SLOW_MODELS = [
     "engine/testdata/sensor/contact_subtree.xml",
     "engine/testdata/forward/perf/2humanoid100_PGS.xml",
     "engine/testdata/island/2humanoid100.xml",
-    "engine/testdata/sleep/perf/2humanoid100.xml",
 ]
 _OPT = ("timestep", "iterations", "gravity", "disableflags", "enableflags", "impratio",
         "integrator", "cone", "solver")
@@ -39,7 +39,7 @@ def _mismatches(j, m) -> list[str]:
     """Model fields (and a few options) that differ by more than 1e-6 relative."""
     bad = []
     for name in jaxsim.Model.field_info():
-        if not hasattr(m, name) or name in ("opt", "names", "text_data"):
+        if not hasattr(m, name) or name in SKIP:
             continue
         a, b = np.asarray(getattr(j, name)), np.asarray(getattr(m, name))
         if a.size != b.size:

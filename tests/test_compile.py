@@ -25,7 +25,7 @@ FULL = os.environ.get("JAXSIM_FULL_CORPUS") == "1"
 # yet); a model using them must raise, never load half-understood.
 REJECTED = re.compile(
     r"flex|plugin|<attach>|<model> assets|lengthrange must be given|SO3|controls \(multi-input"
-    r"|discardvisual|sdf geoms")
+    r"|discardvisual|sdf geoms|sleeping islands|libccd")
 
 # A slice that exercises every compiler path, for the default (CI) run.
 SLICE = [
@@ -181,6 +181,12 @@ def test_unsupported_feature_is_rejected_not_ignored():
       dim="2"/></worldbody></mujoco>"""
     e = _err(xml)
     assert "flexcomp" in str(e)
+
+
+@pytest.mark.parametrize("flag", ['sleep="enable"', 'nativeccd="disable"'])
+def test_unsupported_option_flag_is_rejected(flag):
+    e = _err(f"<mujoco><option><flag {flag}/></option><worldbody/></mujoco>")
+    assert flag.split("=")[0] in str(e) and e.line == 1
 
 
 def test_replicate_matches_mujoco():

@@ -21,6 +21,11 @@ from jaxsim.mjcf.parse import SRC, Defaults, Source, read_tree, validate
 from jaxsim.struct import shape_of
 from jaxsim.types import DisableBit, EnableBit, Model, ObjType, Option
 
+# option flags whose effect jaxsim does not implement
+_UNSUPPORTED_ENABLE = {"sleep": "sleeping islands"}
+_UNSUPPORTED_DISABLE = {"nativeccd": "libccd convex collisions"}
+
+
 # top-level elements that would change the physics and that jaxsim cannot honour yet
 _UNSUPPORTED_TOP = {
     "deformable": "<deformable> (flex objects) is not supported by jaxsim yet",
@@ -153,6 +158,13 @@ def read_option(ctx: Ctx) -> None:
                 else:
                     bit = int(EnableBit[k.upper()])
                     enable = (enable | bit) if on else (enable & ~bit)
+                if on and k in _UNSUPPORTED_ENABLE:
+                    # changes the physics (frozen trees, skipped collisions): refuse
+                    raise MJCFError(f'<flag {k}="enable"> ({_UNSUPPORTED_ENABLE[k]}) is not '
+                                    "supported by jaxsim yet", fl, k)
+                if not on and k in _UNSUPPORTED_DISABLE:
+                    raise MJCFError(f'<flag {k}="disable"> ({_UNSUPPORTED_DISABLE[k]}) is not '
+                                    "supported by jaxsim yet", fl, k)
     o = {}
     spec = Attrs(None, "option", {})
     for k in ("timestep", "impratio", "tolerance", "ls_tolerance", "noslip_tolerance",
