@@ -1,0 +1,373 @@
+"""The dual solvers: PGS and the noslip pass. MuJoCo: mj_solPGS, mj_solNoSlip.
+
+Both sweep the constraint blocks of the dual problem 0.5 f'(A + R) f + f'(J qacc_smooth -
+aref) (noslip: A alone, friction blocks only) one at a time, on the masked fixed-size
+problem of `jaxsim.solver`: scalar rows with their box constraints, pyramidal edge pairs and
+elliptic cones through a small QCQP, MuJoCo's visitation order (PCG32 shuffle) and
+Nesterov momentum, and the statistics of mjData.solver. `jaxsim.solver.solve` calls them
+and supplies the implicit gradients.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxsim.math import MINVAL
+from jaxsim.smooth import solve_m
+from jaxsim.solver import (
+    _CONE,
+    _ELL,
+    _EQ,
+    _FRIC,
+    _INEQ,
+    _LNEG,
+    _LPOS,
+    _QUAD,
+    _SAT,
+    SolverInfo,
+    _norm,
+    _Problem,
+    _record,
+    _safe,
+    _stats,
+    _update,
+)
+from jaxsim.types import DisableBit, Model, State
+
+# PCG32 multiplier as two 32-bit halves (MuJoCo's PGS visitation order)
+_PCG_HI, _PCG_LO = 0x5851F42D, 0x4C957F2D
+
+
+def _pcg32(hi, lo):
+    """One PCG32 step on a 64-bit state held as two uint32: (new hi, new lo, output)."""
+    u = jnp.uint32
+    xlo = ((lo >> u(18)) | (hi << u(14))) ^ lo
+    xhi = (hi >> u(18)) ^ hi
+    xs = (xlo >> u(27)) | (xhi << u(5))
+    rot = hi >> u(27)
+    out = (xs >> rot) | (xs << ((u(32) - rot) & u(31)))
+    # state * multiplier + 1 (mod 2^64), from 16-bit partial products
+    a0, a1 = lo & u(0xFFFF), lo >> u(16)
+    b0, b1 = u(_PCG_LO & 0xFFFF), u(_PCG_LO >> 16)
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    midp = (p00 >> u(16)) + (p01 & u(0xFFFF)) + (p10 & u(0xFFFF))
+    nhi = p11 + (p01 >> u(16)) + (p10 >> u(16)) + (midp >> u(16))
+    nlo = (midp << u(16)) | (p00 & u(0xFFFF))
+    nhi = nhi + lo * u(_PCG_HI) + hi * u(_PCG_LO)
+    nlo1 = nlo + u(1)
+    nhi = nhi + (nlo1 < nlo).astype(jnp.uint32)
+    return nhi, nlo1, out
+
+
+def _shuffle(perm, n, rng):
+    """Fisher-Yates over perm[:n] with PCG32 (MuJoCo's shuffle_int)."""
+
+    def body(t, c):
+        perm, hi, lo = c
+        i = n - 1 - t
+        hi, lo, r = _pcg32(hi, lo)
+        j = (r % (i + 1).astype(jnp.uint32)).astype(jnp.int32)
+        a, b = perm[i], perm[j]
+        return perm.at[i].set(b).at[j].set(a), hi, lo
+
+    perm, hi, lo = lax.fori_loop(0, jnp.maximum(n - 1, 0), body, (perm, rng[0], rng[1]))
+    return perm, (hi, lo)
+
+
+def _pgs_setup(m: Model, d: State, p: _Problem):
+    MinvJT = solve_m(m, d, p.J)  # rows: M^-1 J_i
+    AR = p.J @ MinvJT.T + jnp.diag(p.R)
+    b = p.J @ p.qacc_smooth - p.aref
+    return AR, b
+
+
+def _dual_state(p: _Problem, f, has_cone):
+    """Constraint states from dual forces. MuJoCo: dualState."""
+    k = p.kind
+    fl = p.floss
+    s_fr = jnp.where(f <= -fl, _LPOS, jnp.where(f >= fl, _LNEG, _QUAD))
+    state = jnp.select([k == _EQ, k == _FRIC, k == _INEQ],
+                       [_QUAD, s_fr, jnp.where(f <= 0, _SAT, _QUAD)], _SAT)
+    if has_cone:
+        fb = jnp.where(p.cm, f[p.ci], 0.0)
+        N = fb[:, 0] / p.mu
+        T = _norm(fb[:, 1:] / p.fric)
+        mu = p.mu
+        sb = jnp.where(mu * N >= T, _SAT, jnp.where(N + mu * T <= 0, _QUAD, _CONE))
+        state = jnp.where(k == _ELL, sb[p.rc], state)
+    return state.astype(jnp.int32)
+
+
+def _project_ellipsoid(ft, fn, mu, mask, feasible: bool):
+    """Scales friction forces onto (or, if feasible, into) sum (ft / mu)^2 <= fn^2."""
+    s = jnp.sum(jnp.where(mask, ft * ft / (mu * mu), 0.0), -1)
+    scl = jnp.sqrt(fn * fn / jnp.maximum(MINVAL, s))
+    if feasible:
+        scl = jnp.where(s > fn * fn, scl, 1.0)
+    return ft * scl[..., None] if ft.ndim > 1 else ft * scl
+
+
+def _qcqp(A, b, dv, r, mask):
+    """min 0.5 x'Ax + x'b s.t. sum (x / dv)^2 <= r^2 (MuJoCo: mju_QCQP2/3/QCQP).
+
+    Newton's method on the multiplier of the one constraint, at most 20 steps. Dimensions
+    outside `mask` are padding. Returns (x, constrained).
+    """
+    nuse = jnp.sum(mask)
+    dv = jnp.where(mask, dv, 0.0)
+    bs = b * dv
+    As = A * dv[:, None] * dv[None, :] + jnp.diag(jnp.where(mask, 0.0, 1.0))
+    on = mask.astype(A.dtype)
+
+    def body(_, c):
+        la, v, stop, fail = c
+        L = jnp.linalg.cholesky(As + la * jnp.diag(on))
+        piv = jnp.diagonal(L) ** 2
+        finite = jnp.all(jnp.isfinite(piv))
+        piv = jnp.where(finite, piv, 0.0)
+        # 2 and 3 dimensions test the determinant, more the Cholesky pivots
+        bad = jnp.where(nuse <= 3, jnp.prod(piv) < 1e-10, jnp.min(piv) < 1e-10) | ~finite
+        L = jnp.where(finite, L, jnp.eye(L.shape[0], dtype=L.dtype))
+        vn = -jax.scipy.linalg.cho_solve((L, True), bs)
+        val = jnp.dot(vn, vn) - r * r
+        delta = val / (2.0 * jnp.dot(vn, jax.scipy.linalg.cho_solve((L, True), vn)))
+        run = ~stop & ~fail
+        good = run & ~bad
+        v = jnp.where(good, vn, v)
+        halt = good & ((val < 1e-10) | (delta < 1e-10))
+        la = jnp.where(good & ~halt, la + delta, la)
+        return la, v, stop | halt, fail | (run & bad)
+
+    init = (jnp.zeros((), A.dtype), jnp.zeros_like(b), jnp.bool_(False), jnp.bool_(False))
+    la, v, _, fail = lax.fori_loop(0, 20, body, init)
+    return jnp.where(fail, 0.0, v * dv), ~fail & (la != 0)
+
+
+def _cost_change(A, new, old, res):
+    """Cost change of a block update, undone when positive. MuJoCo: costChange."""
+    delta = new - old
+    change = 0.5 * delta @ A @ delta + delta @ res
+    keep = change > 1e-10
+    return jnp.where(keep, old, new), jnp.where(keep, 0.0, change)
+
+
+def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
+    """Projected Gauss-Seidel on the dual. MuJoCo: mj_solPGS (monolithic)."""
+    dt = p.qacc_smooth.dtype
+    nefc = p.J.shape[0]
+    K = p.ci.shape[1] if has_cone else 1
+    tol = m.opt.tolerance
+    maxiter = m.opt.iterations
+    AR, b = _pgs_setup(m, d, p)
+    ARinv = 1.0 / jnp.diagonal(AR)
+    k = p.kind
+
+    if m.opt.disableflags & DisableBit.WARMSTART:
+        f = jnp.zeros(nefc, dt)
+    else:
+        w = d.qacc_warmstart
+        f = _update(p, p.J @ w - p.aref, has_cone).force
+        f = jnp.where(jnp.dot(f, b) + 0.5 * jnp.dot(f, AR @ f) > 0, 0.0, f)
+
+    start = (k == _EQ) | (k == _FRIC) | (k == _INEQ) | ((k == _ELL) & (p.rj == 0))
+    nblocks = jnp.sum(start).astype(jnp.int32)
+    blocks = jnp.nonzero(start, size=nefc, fill_value=0)[0].astype(jnp.int32)
+    rng = _pcg32(jnp.uint32(0), jnp.uint32(0))[:2]  # seeded state after one step
+
+    def scalar(f, i):
+        res = b[i] + AR[i] @ f
+        old = f[i]
+        new = f[i] - res * ARinv[i]
+        new = jnp.where(k[i] == _FRIC, jnp.clip(new, -p.floss[i], p.floss[i]),
+                        jnp.where(k[i] == _INEQ, jnp.maximum(new, 0.0), new))
+        new, change = _cost_change(AR[i, i][None, None], new[None], old[None], res[None])
+        return f.at[i].set(new[0]), change
+
+    def elliptic(f, i):
+        jj = jnp.arange(K)
+        idx = jnp.clip(i + jj, 0, nefc - 1)
+        c = p.rc[i]
+        msk = jj < p.cdim[c]
+        res = jnp.where(msk, b[idx] + AR[idx] @ f, 0.0)
+        old = jnp.where(msk, f[idx], 0.0)
+        A = jnp.where(msk[:, None] & msk[None, :], AR[idx[:, None], idx[None, :]], 0.0)
+        f0 = old[0]
+        # normal update when the normal force vanishes, else along the ray through f
+        fa = jnp.zeros(K, dt).at[0].set(jnp.maximum(0.0, f0 - res[0] * ARinv[i]))
+        denom = old @ A @ old
+        x = -jnp.dot(old, res) / _safe(denom, denom >= MINVAL)
+        x = jnp.where(f0 + x * old[0] < 0, -old[0] / _safe(f0, f0 != 0), x)
+        fb = jnp.where(denom >= MINVAL, old + x * old, old)
+        new = jnp.where(f0 < MINVAL, fa, fb)
+        # friction with the normal force fixed: a QCQP on the ellipsoid's slice
+        Ac = A[1:, 1:]
+        bc = res[1:] - Ac @ old[1:] + A[1:, 0] * (new[0] - old[0])
+        fr = p.fric[c]
+        ft, constrained = _qcqp(Ac, bc, fr, new[0], msk[1:])
+        ft = jnp.where(constrained, _project_ellipsoid(ft, new[0], fr, msk[1:], False), ft)
+        ft = jnp.where(new[0] < MINVAL, 0.0, ft)
+        new = jnp.where(msk, new.at[1:].set(ft), 0.0)
+        new, change = _cost_change(A, new, old, res)
+        return f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), change
+
+    def sweep(f, perm):
+        def body(t, c):
+            f, imp = c
+            i = blocks[perm[t]]
+            if has_cone:
+                f, change = lax.cond(k[i] == _ELL, elliptic, scalar, f, i)
+            else:
+                f, change = scalar(f, i)
+            return f, imp - change
+
+        return lax.fori_loop(0, nblocks, body, (f, jnp.zeros((), dt)))
+
+    def project(f):
+        f = jnp.where(k == _FRIC, jnp.clip(f, -p.floss, p.floss), f)
+        f = jnp.where(k == _INEQ, jnp.maximum(f, 0.0), f)
+        if has_cone:
+            fb = jnp.where(p.cm, f[p.ci], 0.0)
+            ft = _project_ellipsoid(fb[:, 1:], fb[:, 0], p.fric, p.cm[:, 1:], True)
+            fb = jnp.where(fb[:, :1] < 0, 0.0, jnp.concatenate([fb[:, :1], ft], 1))
+            f = jnp.where(k == _ELL, fb[p.rc, p.rj], f)
+        return f
+
+    state0 = _dual_state(p, f, has_cone)
+    carry = dict(it=jnp.int32(0), done=jnp.bool_(False), f=f, fprev=f, fmom=f, nk=jnp.int32(0),
+                 perm=jnp.arange(nefc, dtype=jnp.int32), rng=rng, state=state0,
+                 info=_stats(nstat, dt))
+
+    def cond(c):
+        return ~c["done"] & (c["it"] < maxiter)
+
+    def body(c):
+        f, fprev, it = c["f"], c["fprev"], c["it"]
+        # Nesterov extrapolation, projected back onto the constraint set
+        beta = jnp.where(it > 0, (c["nk"] - 1) / (c["nk"] + 2.0), 0.0).astype(dt)
+        ext = beta > 0
+        fx = project(f + beta * (f - fprev))
+        fprev = f
+        f = jnp.where(ext, fx, f)
+        fmom = f
+
+        perm, rng = _shuffle(c["perm"], nblocks, c["rng"])
+        f, improvement = sweep(f, perm)
+        state = _dual_state(p, f, has_cone)
+        nchange = jnp.sum(state != c["state"]).astype(jnp.int32)
+        nactive = jnp.sum(state != _SAT).astype(jnp.int32)
+        improvement = improvement * p.scale
+        zero = jnp.zeros((), dt)
+        info = _record(c["info"], it, True, improvement, zero, zero, nactive, nchange, 0)
+        restart = (it > 0) & (jnp.sum((f - fmom) * (fmom - fprev)) < 0)
+        nk = jnp.where(restart, 0, c["nk"] + 1)
+        return dict(it=it + 1, done=improvement < tol, f=f, fprev=fprev, fmom=fmom, nk=nk,
+                    perm=perm, rng=rng, state=state, info=info)
+
+    c = lax.while_loop(cond, body, carry)
+    return c["f"], c["state"], c["info"]._replace(niter=c["it"])
+
+
+# ------------------------------------------------------------------------------- noslip
+
+
+def noslip(m: Model, d: State, p: _Problem, f, info: SolverInfo, has_cone: bool):
+    """Friction re-solved without regularisation, as a PGS pass. MuJoCo: mj_solNoSlip."""
+    dt = f.dtype
+    nefc = p.J.shape[0]
+    K = p.ci.shape[1]
+    AR, b = _pgs_setup(m, d, p)
+    A = AR - jnp.diag(p.R)
+    Adiag = jnp.diagonal(A)
+    Ainv = 1.0 / jnp.maximum(MINVAL, Adiag)
+    k = p.kind
+    tol = m.opt.noslip_tolerance
+    maxiter = m.opt.noslip_iterations
+    niter0 = info.niter
+
+    # blocks in row order: friction-loss rows, pyramidal edge pairs, elliptic friction
+    cdim_row = p.cdim[p.rc]
+    pair = p.pyr & (p.rj % 2 == 0) & (p.rj < 2 * (cdim_row - 1))
+    ell_first = (k == _ELL) & (p.rj == 0) if has_cone else jnp.zeros(nefc, bool)
+    start = (k == _FRIC) | pair | ell_first
+    nblocks = jnp.sum(start).astype(jnp.int32)
+    blocks = jnp.nonzero(start, size=nefc, fill_value=0)[0].astype(jnp.int32)
+
+    def block(i, n):
+        idx = jnp.clip(i + jnp.arange(n), 0, nefc - 1)
+        Ab = A[idx[:, None], idx[None, :]]
+        Ab = Ab + jnp.diag(jnp.maximum(1e-10, jnp.diagonal(Ab)) - jnp.diagonal(Ab))
+        return idx, Ab
+
+    def friction(f, i):
+        res = b[i] + A[i] @ f
+        old = f[i]
+        new = jnp.clip(old - res * Ainv[i], -p.floss[i], p.floss[i])
+        delta = new - old
+        return f.at[i].set(new), -(0.5 * delta * delta / Ainv[i] + delta * res)
+
+    def pyramid(f, i):
+        idx, Ac = block(i, 2)
+        res = b[idx] + A[idx] @ f
+        old = f[idx]
+        bc = res - Ac @ old
+        mid = 0.5 * (old[0] + old[1])
+        k1 = Ac[0, 0] + Ac[1, 1] - Ac[0, 1] - Ac[1, 0]
+        k0 = mid * (Ac[0, 0] - Ac[1, 1]) + bc[0] - bc[1]
+        y = -k0 / _safe(k1, k1 >= MINVAL)
+        new = jnp.where(y < -mid, jnp.stack([0.0 * mid, 2 * mid]),
+                        jnp.where(y > mid, jnp.stack([2 * mid, 0.0 * mid]),
+                                  jnp.stack([mid + y, mid - y])))
+        new = jnp.where(k1 < MINVAL, jnp.stack([mid, mid]), new)
+        new, change = _cost_change(Ac, new, old, res)
+        return f.at[idx].set(new), -change
+
+    def elliptic(f, i):
+        idx, Ac = block(i + 1, K - 1)
+        c = p.rc[i]
+        msk = jnp.arange(K - 1) < p.cdim[c] - 1
+        res = jnp.where(msk, b[idx] + A[idx] @ f, 0.0)
+        old = jnp.where(msk, f[idx], 0.0)
+        Ac = jnp.where(msk[:, None] & msk[None, :], Ac, 0.0)
+        bc = res - Ac @ old
+        fr = p.fric[c]
+        ft, constrained = _qcqp(Ac, bc, fr, f[i], msk)
+        ft = jnp.where(constrained, _project_ellipsoid(ft, f[i], fr, msk, False), ft)
+        ft = jnp.where((f[i] < MINVAL) | ~msk, 0.0, ft)
+        new, change = _cost_change(Ac, ft, old, res)
+        return f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), -change
+
+    def sweep(f):
+        def body(t, c):
+            f, imp = c
+            i = blocks[t]
+            branches = [friction, pyramid] + ([elliptic] if has_cone and K > 1 else [])
+            which = jnp.where(k[i] == _FRIC, 0, jnp.where(p.pyr[i], 1, 2))
+            which = jnp.minimum(which, len(branches) - 1)
+            f, dimp = lax.switch(which, branches, f, i)
+            return f, imp + dimp
+
+        return lax.fori_loop(0, nblocks, body, (f, jnp.zeros((), dt)))
+
+    def cond(c):
+        return ~c["done"] & (c["it"] < maxiter)
+
+    def body(c):
+        f, it = c["f"], c["it"]
+        imp0 = jnp.where(it == 0, jnp.sum(0.5 * f * f * jnp.where(k > 0, p.R, 0.0)), 0.0)
+        f, imp = sweep(f)
+        state = _dual_state(p, f, has_cone)
+        nchange = jnp.sum(state != c["state"]).astype(jnp.int32)
+        nactive = jnp.sum(state != _SAT).astype(jnp.int32)
+        improvement = (imp0 + imp) * p.scale
+        zero = jnp.zeros((), dt)
+        info = _record(c["info"], niter0 + it, True, improvement, zero, zero, nactive, nchange, 0)
+        return dict(it=it + 1, done=improvement < tol, f=f, state=state, info=info)
+
+    carry = dict(it=jnp.int32(0), done=jnp.bool_(False), f=f, state=_dual_state(p, f, has_cone),
+                 info=info)
+    c = lax.while_loop(cond, body, carry)
+    return c["f"], c["state"], c["info"]._replace(niter=niter0 + c["it"])
+
+
