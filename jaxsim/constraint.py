@@ -100,15 +100,25 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
     """The model's constraint-row layout for a contact buffer of `ncon` slots (cached).
 
     ncon defaults to the collision driver's buffer size. Friction-loss rows are allocated
-    for the dofs / tendons whose friction loss is nonzero, or for all of them when the
-    parameter is traced (its value is unknown; the rows are then masked at run time).
+    for the dofs / tendons that had a friction loss when the model was compiled
+    (dof_hasfrictionloss, tendon_hasfrictionloss), whether the values are concrete or
+    traced, so a state's shapes never depend on tracing; a row whose value is 0 at run time
+    is inactive. A concrete nonzero friction loss where no row exists is an error.
     """
     if ncon is None:
         from jaxsim.collision import driver
 
         ncon = driver.plan(m).ncon
-    fdof = _maybe(m.dof_frictionloss, lambda x: x != 0)
-    ften = _maybe(m.tendon_frictionloss, lambda x: x > 0)
+    fdof = np.asarray(m.dof_hasfrictionloss, bool).reshape(m.nv)
+    ften = np.asarray(m.tendon_hasfrictionloss, bool).reshape(m.ntendon)
+    for name, has, vals in (("dof", fdof, m.dof_frictionloss),
+                            ("tendon", ften, m.tendon_frictionloss)):
+        if not isinstance(vals, jax.core.Tracer) and np.any((np.asarray(vals) != 0) & ~has):
+            ids = np.nonzero((np.asarray(vals) != 0) & ~has)[0].tolist()
+            raise ValueError(
+                f"{name}_frictionloss is nonzero for {name}s {ids}, which had no friction "
+                f"loss when the model was compiled, so no constraint rows; give them a "
+                f"nonzero frictionloss in the MJCF (or set {name}_hasfrictionloss) first")
     key = (m._static_key, m.opt._static_key, int(ncon), fdof.tobytes(), ften.tobytes())
     hit = _PLANS.get(key)
     if hit is not None:

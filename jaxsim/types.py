@@ -502,6 +502,8 @@ class Model(Struct):
     dof_solref: Array = leaf("(nv, 2)", "solref of dof friction loss")
     dof_solimp: Array = leaf("(nv, 5)", "solimp of dof friction loss")
     dof_frictionloss: Array = leaf("(nv,)", "dry friction loss")
+    dof_hasfrictionloss: np.ndarray = static(
+        "(nv,)", "has a friction-loss row (frictionloss != 0 when compiled; fixes the rows)")
     dof_armature: Array = leaf("(nv,)", "armature inertia (added to the inertia diagonal)")
     dof_damping: Array = leaf("(nv,)", "linear damping coefficient")
     dof_dampingpoly: Array = leaf("(nv, 2)", "second and third order damping coefficients")
@@ -655,6 +657,8 @@ class Model(Struct):
     tendon_dampingpoly: Array = leaf("(ntendon, 2)", "second and third order damping")
     tendon_armature: Array = leaf("(ntendon,)", "inertia associated with the tendon velocity")
     tendon_frictionloss: Array = leaf("(ntendon,)", "dry friction loss")
+    tendon_hasfrictionloss: np.ndarray = static(
+        "(ntendon,)", "has a friction-loss row (frictionloss > 0 when compiled; fixes the rows)")
     tendon_lengthspring: Array = leaf("(ntendon, 2)", "spring resting length range")
     tendon_length0: Array = leaf("(ntendon,)", "tendon length at qpos0")
     tendon_invweight0: Array = leaf("(ntendon,)", "inverse weight at qpos0")

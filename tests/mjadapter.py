@@ -55,7 +55,8 @@ def _fill(cls: type[Struct], src, sizes: dict, dtype, extra: dict) -> dict:
 
 def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
     """A jaxsim Model holding the MjModel's values (derived fields included)."""
-    sizes = {n: int(getattr(m, n)) for n in Model.size_names()}
+    derived = {"npoly": len(m.mesh_polyvertadr), "npolyvert": len(m.mesh_polyvert)}
+    sizes = {n: derived[n] if n in derived else int(getattr(m, n)) for n in Model.size_names()}
     opt = Option(**_fill(Option, m.opt, sizes, dtype, {}))
     names = []
     for t in ObjType:
@@ -78,6 +79,9 @@ def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
         "stat_meansize": jnp.asarray(m.stat.meansize, dtype),
         "stat_extent": jnp.asarray(m.stat.extent, dtype),
         "stat_center": jnp.asarray(m.stat.center, dtype),
+        **sizes,
+        "dof_hasfrictionloss": np.asarray(m.dof_frictionloss) != 0,
+        "tendon_hasfrictionloss": np.asarray(m.tendon_frictionloss) > 0,
     }
     return Model(**_fill(Model, m, sizes, dtype, extra))
 

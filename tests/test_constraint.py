@@ -202,17 +202,30 @@ def test_disable_flags():
 
 
 def test_plan_friction_rows():
-    """Friction-loss slots: exact for a concrete model, every dof / tendon when traced."""
+    """Friction-loss rows: those compiled with a friction loss, traced or not, so the state
+    jit returns has the shapes make_state gives (a scan over steps needs that)."""
     model = jaxsim.load_string(EQ_XML.format(opt=""), dtype=jnp.float64)
     p = constraint.plan(model)
     assert p.fri_dof.tolist() == [6, 8, 9, 10, 11] and p.fri_ten.tolist() == [0, 1]
 
     def count(m):
         q = constraint.plan(m)
-        assert len(q.fri_dof) == m.nv and len(q.fri_ten) == m.ntendon
+        assert q.fri_dof.tolist() == p.fri_dof.tolist()
+        assert q.fri_ten.tolist() == p.fri_ten.tolist()
         return jnp.zeros(())
 
     jax.eval_shape(count, model)
+    state = jaxsim.make_state(model)
+    out = jax.eval_shape(jaxsim.forward, model, state)
+    assert out.efc_force.shape == state.efc_force.shape
+    # a friction loss where the compiled model has none would be silently lost: refused
+    bad = model.replace(dof_frictionloss=model.dof_frictionloss.at[7].set(0.5))
+    with pytest.raises(ValueError, match="dof_frictionloss"):
+        constraint.plan(bad)
+    # a zero friction loss on a dof with a row: the row is there, inactive
+    off = model.replace(dof_frictionloss=model.dof_frictionloss.at[6].set(0.0))
+    efc = constraint.make_constraint(off, smooth.kinematics(off, state))
+    assert efc.J.shape[0] == state.efc_force.shape[0]
 
 
 # -------------------------------------------------------------------------- contacts

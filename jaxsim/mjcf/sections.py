@@ -185,6 +185,7 @@ def compile_tendons(ctx) -> None:
     out["tendon_damping"], out["tendon_dampingpoly"] = damp[:, 0], damp[:, 1:]
     out["tendon_armature"] = f("armature").reshape(nt)
     out["tendon_frictionloss"] = f("frictionloss").reshape(nt)
+    out["tendon_hasfrictionloss"] = out["tendon_frictionloss"] > 0
     out["tendon_lengthspring"] = f("springlength").reshape(nt, 2)
     out["tendon_width"] = f("width").reshape(nt)
     out["tendon_length0"] = np.zeros(nt)

@@ -514,6 +514,7 @@ def compile_tree(ctx: Ctx) -> None:
         dof_solref=np.array(J["solreffriction"]).reshape(njnt, 2)[dj] if nv else np.zeros((0, 2)),
         dof_solimp=np.array(J["solimpfriction"]).reshape(njnt, 5)[dj] if nv else np.zeros((0, 5)),
         dof_frictionloss=np.array(J["frictionloss"]).reshape(njnt)[dj],
+        dof_hasfrictionloss=np.array(J["frictionloss"]).reshape(njnt)[dj] != 0,
         dof_armature=np.array(J["armature"]).reshape(njnt)[dj],
         dof_damping=np.array([s[0] for s in J["damping"]]).reshape(njnt)[dj],
         dof_dampingpoly=np.array([s[1:3] for s in J["damping"]]).reshape(njnt, 2)[dj],
