@@ -51,11 +51,15 @@ PAIRS = [
     (("box", ".2 .25 .3"), ("mesh", "cube")),
     (("mesh", "oct"), ("mesh", "ico")),
 ]
-# MuJoCo 4.0 clips capsule segments, cylinder sides and cylinder caps (as 16-gons) against
-# faces; that is not implemented here: such poses (MuJoCo returns several contacts) get the
-# EPA contact only and are counted, not compared.
-CLIPPED_4_0 = {("capsule", "cylinder"), ("capsule", "mesh"), ("cylinder", "cylinder"),
-               ("cylinder", "box"), ("cylinder", "mesh")}
+# MuJoCo 4.0 clips capsule segments against faces; that is not implemented here: such poses
+# (MuJoCo returns several contacts) get the EPA contact only and are counted, not compared.
+# (Cylinder caps and sides are clipped as MuJoCo does, see test_cylinder_face_contacts.)
+CLIPPED_4_0 = {("capsule", "cylinder"), ("capsule", "mesh")}
+# cylinder against a flat face: cap down (tilted about x; 0.1 rad is past mjFACE_TOL) or
+# lying on its side (tilted about the axis, then about x; past mjEDGE_TOL at 0.1)
+CYL_ON = [(("cylinder", ".2 .3"), ("box", ".2 .25 .3")),
+          (("cylinder", ".2 .3"), ("cylinder", ".15 .25")),
+          (("cylinder", ".2 .3"), ("mesh", "cube"))]
 
 
 def _geom_xml(g, extra=""):
@@ -132,6 +136,30 @@ def results(mesh_rows):
             q[10:14] = [1, 0, 0, 0]
             q[7:10] = [0.05 * k, -0.03 * k, 0]
             cases.append(_case(m, d, b, a, mesh_rows, q, "resting"))
+    # a cylinder's cap or side on a face (16-gon caps and side lines clipped)
+    for a, b in CYL_ON:
+        top = {"box": 0.3, "cylinder": 0.25, "mesh": 0.3}[b[0]]
+        for margin in (0.0, 0.02):
+            m = mujoco.MjModel.from_xml_string(_xml(a, b, margin))
+            d = mujoco.MjData(m)
+            for side in (False, True):
+                for ang, depth in ((0.0, 0.001), (0.0, 0.0005), (0.01, 0.002), (0.04, 0.02),
+                                   (0.08, 0.003), (0.1, 0.004)):
+                    q = np.zeros(14)
+                    q[10:14] = [1, 0, 0, 0]
+                    tilt = [np.cos(ang / 2), np.sin(ang / 2), 0, 0]
+                    if side:  # axis along y, turned about itself by 0.3 first
+                        lie = [np.cos(np.pi / 4), np.sin(np.pi / 4), 0, 0]
+                        spin = [np.cos(0.15), 0, 0, np.sin(0.15)]
+                        quat = np.zeros(4)
+                        mujoco.mju_mulQuat(quat, lie, spin)
+                        mujoco.mju_mulQuat(quat, [np.cos(ang / 2), 0, np.sin(ang / 2), 0],
+                                           quat.copy())
+                    else:
+                        quat = np.array(tilt)
+                    q[3:7] = quat
+                    q[0:3] = [0.01, -0.02, top + (0.2 if side else 0.3) - depth]
+                    cases.append(_case(m, d, a, b, mesh_rows, q, "cylinder"))
     # coincident centres (GJK then starts from the x axis)
     for a, b in PAIRS:
         m = mujoco.MjModel.from_xml_string(_xml(a, b))
@@ -214,6 +242,20 @@ def test_resting_box_face_contacts(results):
             _check(c, jax.tree.map(lambda x, i=i: x[i], out), f"case {i}")
             counts.append(len(c["ref"]))
     assert max(counts) == 4 and 2 in counts
+
+
+def test_cylinder_face_contacts(results):
+    """A cylinder's cap or side on a box, cylinder or mesh face (MuJoCo 4.0 clips its
+    16-gon caps and its side lines): up to four contacts, two for a side."""
+    cases, out = results
+    counts, exact = [], 0
+    for i, c in enumerate(cases):
+        if c["tag"] == "cylinder":
+            why = _check(c, jax.tree.map(lambda x, i=i: x[i], out), f"case {i} {c['pair']}")
+            counts.append(len(c["ref"]))
+            exact += why is None
+    assert 4 in counts and 2 in counts and 1 in counts
+    assert exact >= 0.5 * len(counts), (exact, len(counts))  # the rest: "quad" (see top)
 
 
 def test_mesh_data_matches_mujoco(mesh_rows):

@@ -16,13 +16,24 @@ where it departs from the 3.x sources it was checked against (found by running i
   are kept, with their positive distance); the face of geom 1 is clipped by geom 2's face
   (planes perpendicular to face 1), an edge by the other geom's face, feature vertices are
   the geoms' own (not EPA's margin-inflated points), and the quadrilateral search never lets
-  its last corner wrap onto the first.
+  its last corner wrap onto the first (its buffer holds the clipped polygon's ns + nc
+  points);
+- cylinders take part in those flat-feature contacts (with boxes, meshes and cylinders): a
+  cylinder's support point carries the id of its cap (0 top, 1 bottom); an EPA face whose
+  three points lie on one cap has that cap's normal as face normal, and the cap is clipped
+  as a 16-gon inscribed in its circle (first vertex on the local x axis, clockwise about the
+  outward normal, like mesh faces); a cylinder feature also offers one edge, the side line
+  from its first point towards the other cap (length 2 * half-height).
 
 Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): its clipping
-of capsule segments, cylinder sides and cylinder caps (16-gons) against faces, its choice
-among more than four clipped points in some poses, its face/edge contacts of plane-mesh
-(MuJoCo 3's deepest vertex plus two graph neighbours are kept) and libccd (NATIVECCD
-disabled).
+of capsule segments against faces (4.0 offsets the segment by radius * (n - (n.u) u), n the
+face normal, u the axis, so its distances are shallower than the capsule's true depth by
+radius * (n.u)^2; which face it uses was not pinned down), its face/edge contacts of
+plane-mesh (MuJoCo 3's deepest vertex plus two graph neighbours are kept) and libccd
+(NATIVECCD disabled). When more than four clipped points remain (a 16-gon cap nearly
+always), 4.0 keeps another quadrilateral than `_polygon_quad` of the clipped polygon in many
+poses (no start vertex or orientation of the polygon reproduces its choice), so the deepest
+of the four contacts can differ from MuJoCo's by up to the depth variation across the face.
 
 Structure: support functions per geom type (`_support`, with MuJoCo's warm start for
 meshes); `_gjk` (one `lax.while_loop`); `_polytope` + `_epa` (fixed-size vertex, face, map
@@ -294,7 +305,8 @@ def _support(t, g: Geom, d, warm, core):
         ok = n2 >= MINVAL2
         scl = jnp.where(ok, size[0] / jnp.sqrt(jnp.where(ok, n2, 1.0)), 0.0)
         ls = jnp.stack([scl * ld[0], scl * ld[1], jnp.where(ld[2] >= 0, size[1], -size[1])])
-        return _mul(mat, ls) + pos, m1, warm
+        cap = jnp.where(ld[2] >= 0, 0, 1).astype(_I32)  # the cap the point lies on
+        return _mul(mat, ls) + pos, cap, warm
     if t == BOX:
         up = ld >= 0
         ls = jnp.where(up, size, -size)
@@ -1046,12 +1058,51 @@ def _mesh_face(g, idx, pv: int):
     return (_pad_rows(pts, pv) if pv > pts.shape[0] else pts), n
 
 
-def _by_type(t, box_fn, mesh_fn):
-    """Dispatch on a box/mesh geom type (static or traced)."""
+def _by_type(t, box_fn, mesh_fn, cyl_fn=None):
+    """Dispatch on a box/mesh/cylinder geom type (static or traced)."""
     if isinstance(t, (int, np.integer)):
-        return box_fn() if t == BOX else mesh_fn()
-    a, b = box_fn(), mesh_fn()
-    return jax.tree.map(lambda x, y: jnp.where(t == BOX, x, y), a, b)
+        return {BOX: box_fn, MESH: mesh_fn, CYLINDER: cyl_fn}[int(t)]()
+    fns = [(BOX, box_fn), (MESH, mesh_fn)] + ([(CYLINDER, cyl_fn)] if cyl_fn else [])
+    outs = [(tt, f()) for tt, f in fns]
+    res = outs[-1][1]
+    for tt, o in outs[-2::-1]:
+        res = jax.tree.map(lambda x, y, tt=tt: jnp.where(t == tt, x, y), o, res)
+    return res
+
+
+# A cylinder's cap as MuJoCo 4.0 clips it: a 16-gon inscribed in the cap circle, first vertex
+# on the local x axis, clockwise about the cap's outward normal.
+_COS16 = np.cos(2 * np.pi * np.arange(16) / 16)
+_SIN16 = np.sin(2 * np.pi * np.arange(16) / 16)
+
+
+def _cyl_normals(g, dim, vi, nn: int):
+    """cylinderNormals: the cap normal when the feature is a single cap's point set."""
+    sgn = jnp.where(vi[0] != 0, -1.0, 1.0)
+    n = g.mat[:, 2] * sgn
+    return (_pad_rows(n[None], nn), _pad_rows(vi[:1], nn),
+            (dim == 1).astype(_I32))
+
+
+def _cyl_edges(g, dim, v, vi0, nn: int):
+    """cylinderEdgeNormals: the side line through the feature's first point, towards the
+    other cap, and its far end."""
+    sgn = jnp.where(vi0 != 0, 1.0, -1.0)
+    d = g.mat[:, 2] * sgn
+    end = v[0] + d * (2 * g.size[1])
+    return _pad_rows(d[None], nn), _pad_rows(end[None], nn), (dim <= 2).astype(_I32)
+
+
+def _cyl_face(g, idx, pv: int):
+    """cylinderFace: the cap polygon (idx 0: top, 1: bottom)."""
+    dt = g.size.dtype
+    sgn = jnp.where(idx != 0, -1.0, 1.0).astype(dt)
+    r, h = g.size[0], g.size[1]
+    x = jnp.asarray(_COS16, dt) * r
+    y = jnp.asarray(-_SIN16, dt) * r * sgn
+    loc = jnp.stack([x, y, jnp.broadcast_to(sgn * h, x.shape)], -1)
+    pts = jax.vmap(lambda l: _mul(g.mat, l) + g.pos)(loc)
+    return (_pad_rows(pts, pv) if pv > 16 else pts), jnp.asarray(16, _I32)
 
 
 def _cross_exact(a, b):
@@ -1117,7 +1168,7 @@ def _polygon_clip(C, nc, S, ns, pnorm, n, margin):
     (nc) along direction pnorm, keep the points within `margin` of C's plane (normal n);
     returns (count, points (4, 3), dist (4,))."""
     pv = C.shape[0]
-    q = 2 * pv
+    q = max(2 * pv, S.shape[0] + pv)  # clipping a convex ns-gon by nc planes: <= ns + nc
     nxt = jnp.where(jnp.arange(pv) + 1 < nc, jnp.arange(pv) + 1, 0)
     v1, v2 = C, C[nxt]
     pn = _normalize(_cross(v2 - v1, (v1 + pnorm) - v1))
@@ -1176,16 +1227,32 @@ def _simplex_dim(vi, v):
     return dim.astype(_I32), vi, v
 
 
-def _vertices(t, g, vi):
-    """World positions of box corners (index bits) or mesh vertices."""
+def _cyl_raw(g, pts, vi, margin):
+    """A cylinder's own support points from EPA's points `pts` (which carry the margin
+    inflation margin/2 * d: it keeps the local xy direction, so the rim point is recovered)."""
+    def one(p, cap):
+        loc = _mul_t(g.mat, p - g.pos)
+        n2 = loc[0] * loc[0] + loc[1] * loc[1]
+        ok = n2 > MINVAL2
+        scl = jnp.where(ok, g.size[0] / jnp.sqrt(jnp.where(ok, n2, 1.0)), 0.0)
+        raw = jnp.stack([loc[0] * scl, loc[1] * scl, jnp.where(cap == 0, g.size[1], -g.size[1])])
+        return _mul(g.mat, raw) + g.pos
+    return jnp.where(margin > 0, jax.vmap(one)(pts, vi), pts)
+
+
+def _vertices(t, g, vi, pts, margin):
+    """World positions of box corners (index bits) or mesh vertices; a cylinder's are EPA's
+    points `pts` without the margin inflation."""
     def box():
         sgn = jnp.stack([(vi & 1) != 0, (vi & 2) != 0, (vi & 4) != 0], 1)
         return jax.vmap(lambda l: _mul(g.mat, l) + g.pos)(jnp.where(sgn, g.size, -g.size))
 
     def mesh():
+        if g.data is None:
+            return pts
         return jax.vmap(lambda i: _mul(g.mat, g.data.vert[i]) + g.pos)(jnp.maximum(vi, 0))
 
-    return _by_type(t, box, mesh)
+    return _by_type(t, box, mesh, lambda: _cyl_raw(g, pts, vi, margin))
 
 
 class _Multi(NamedTuple):
@@ -1207,16 +1274,19 @@ def _multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     dt = g1.pos.dtype
     dps = [g.data.vert_poly.shape[1] for g in (g1, g2) if g.data is not None]
     pvs = [g.data.poly_vert.shape[1] for g in (g1, g2) if g.data is not None]
-    nn, pv = max([3] + dps), max([4] + pvs)
+    cyl = _is(t1, CYLINDER) is not False or _is(t2, CYLINDER) is not False
+    nn, pv = max([3] + dps), max([4] + pvs + ([16] if cyl else []))
     vi1, vi2 = frec[:, 9].astype(_I32), frec[:, 10].astype(_I32)
     # the feature's vertices themselves (EPA's points carry the margin inflation)
-    dim1, vi1, v1 = _simplex_dim(vi1, _vertices(t1, g1, vi1))
-    dim2, vi2, v2 = _simplex_dim(vi2, _vertices(t2, g2, vi2))
+    dim1, vi1, v1 = _simplex_dim(vi1, _vertices(t1, g1, vi1, frec[:, 3:6], margin))
+    dim2, vi2, v2 = _simplex_dim(vi2, _vertices(t2, g2, vi2, frec[:, 6:9], margin))
     dirn = x2 - x1
     n1, id1, nn1 = _by_type(t1, lambda: _box_normals(g1, dim1, vi1, dirn * -1, nn),
-                            lambda: _mesh_normals(g1, dim1, vi1, nn))
+                            lambda: _mesh_normals(g1, dim1, vi1, nn),
+                            lambda: _cyl_normals(g1, dim1, vi1, nn))
     n2, id2, nn2 = _by_type(t2, lambda: _box_normals(g2, dim2, vi2, dirn, nn),
-                            lambda: _mesh_normals(g2, dim2, vi2, nn))
+                            lambda: _mesh_normals(g2, dim2, vi2, nn),
+                            lambda: _cyl_normals(g2, dim2, vi2, nn))
     ar = jnp.arange(nn)
     # aligned faces: first (i, j) with opposite normals
     dots = jnp.sum(n1[:, None, :] * n2[None, :, :], -1)
@@ -1233,9 +1303,11 @@ def _multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
         return jnp.any(pe), k2 // nn, k2 % nn  # found, face index, edge index
 
     ed1, end1, ne1 = _by_type(t1, lambda: _box_edges(g1, dim1, v1, vi1[0], nn),
-                              lambda: _mesh_edges(g1, dim1, v1, vi1[0], nn))
+                              lambda: _mesh_edges(g1, dim1, v1, vi1[0], nn),
+                              lambda: _cyl_edges(g1, dim1, v1, vi1[0], nn))
     ed2, end2, ne2 = _by_type(t2, lambda: _box_edges(g2, dim2, v2, vi2[0], nn),
-                              lambda: _mesh_edges(g2, dim2, v2, vi2[0], nn))
+                              lambda: _mesh_edges(g2, dim2, v2, vi2[0], nn),
+                              lambda: _cyl_edges(g2, dim2, v2, vi2[0], nn))
     ok1, f1, e1 = edge_face(ed1, ne1, n2, nn2)
     ok2, f2, e2 = edge_face(ed2, ne2, n1, nn1)
     edgecon1 = ~aligned & (dim1 < 3) & ok1
@@ -1243,8 +1315,10 @@ def _multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     # clipping face (of geom 2 unless an edge of geom 2 meets a face of geom 1)
     fidx2 = jnp.where(edgecon1, id2[f1], id2[fj])
     fidx1 = jnp.where(edgecon2, id1[f2], id1[fi])
-    face1, nface1 = _by_type(t1, lambda: _box_face(g1, fidx1, pv), lambda: _mesh_face(g1, fidx1, pv))
-    face2, nface2 = _by_type(t2, lambda: _box_face(g2, fidx2, pv), lambda: _mesh_face(g2, fidx2, pv))
+    face1, nface1 = _by_type(t1, lambda: _box_face(g1, fidx1, pv), lambda: _mesh_face(g1, fidx1, pv),
+                             lambda: _cyl_face(g1, fidx1, pv))
+    face2, nface2 = _by_type(t2, lambda: _box_face(g2, fidx2, pv), lambda: _mesh_face(g2, fidx2, pv),
+                             lambda: _cyl_face(g2, fidx2, pv))
     on2 = edgecon2  # the clipped points lie on geom 2
     C = jnp.where(on2, face1, face2)
     nc = jnp.where(on2, nface1, nface2)
@@ -1352,7 +1426,7 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) ->
     z = jnp.zeros((nslot, 3), dt)
     base = Contacts(_pad_rows(dist[None], nslot), _pad_rows(pos[None], nslot),
                     _pad_rows(normal[None], nslot), z, _pad_rows(valid[None], nslot))
-    multi_types = opt.multiccd & _is(t1, BOX, MESH) & _is(t2, BOX, MESH)
+    multi_types = opt.multiccd & _is(t1, BOX, MESH, CYLINDER) & _is(t2, BOX, MESH, CYLINDER)
     if nslot == 1 or multi_types is False:
         return base
     # flat-face contacts, recomputed from the differentiable geoms
