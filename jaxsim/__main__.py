@@ -1,4 +1,10 @@
-"""Command line: `python -m jaxsim check MODEL.xml` compiles a model and prints a summary."""
+"""Command line.
+
+  python -m jaxsim simulate [MODEL.xml] --batch N --steps T --out DIR   (the main job)
+  python -m jaxsim check [MODEL.xml]                                    (compile, summarise)
+
+With no MODEL both use models/quadruped.xml. The `jaxsim` console script is the same.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,16 @@ def _check(path: str) -> int:
     import numpy as np
 
     import jaxsim
-    from jaxsim.types import BiasType, GainType, GeomType, Integrator, JointType, ObjType, \
-        Solver, TrnType
+    from jaxsim.types import (
+        BiasType,
+        GainType,
+        GeomType,
+        Integrator,
+        JointType,
+        ObjType,
+        Solver,
+        TrnType,
+    )
 
     t0 = time.perf_counter()
     try:
@@ -56,13 +70,23 @@ def _check(path: str) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="jaxsim", description=__doc__)
+    from jaxsim import simulate as _simulate
+
+    p = argparse.ArgumentParser(prog="jaxsim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("simulate", help="simulate a batch of worlds, report speed, plot",
+                       description=_simulate.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("model", nargs="?", default=os.path.join(_BUNDLED, "quadruped.xml"))
+    _simulate.add_arguments(s)
     c = sub.add_parser("check", help="compile a model and print a summary")
     c.add_argument("model", nargs="?", default=os.path.join(_BUNDLED, "quadruped.xml"))
     a = p.parse_args(argv)
     if a.cmd == "check":
         return _check(a.model)
+    if a.cmd == "simulate":
+        return _simulate.run(a)
     return 2
 
 
