@@ -3,6 +3,7 @@
 from jaxsim.mjcf.compile import load, load_string
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.forward import forward, step, step1, step2
+from jaxsim.inverse import inverse
 from jaxsim.rollout import rollout, rollout_batch
 from jaxsim.state import make_state
 from jaxsim.types import (
@@ -36,6 +37,6 @@ def set_const(model):
 __all__ = [
     "BiasType", "Cone", "Contact", "DisableBit", "DynType", "EnableBit", "GainType", "GeomType",
     "Integrator", "JointType", "MJCFError", "Model", "ObjType", "Option", "SensorType", "Solver",
-    "State", "TrnType", "forward", "load", "load_string", "make_state", "rollout", "rollout_batch", "set_const", "step", "step1", "step2",
+    "State", "TrnType", "forward", "inverse", "load", "load_string", "make_state", "rollout", "rollout_batch", "set_const", "step", "step1", "step2",
 ]
 __version__ = "0.1.0"

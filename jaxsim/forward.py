@@ -17,6 +17,7 @@ from jaxsim import constraint as _constraint
 from jaxsim import integrator as _integrator
 from jaxsim import passive as _passive
 from jaxsim import rne as _rne
+from jaxsim import sensor as _sensor
 from jaxsim import smooth
 from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
@@ -101,22 +102,36 @@ def fwd_constraint(m: Model, d: State) -> State:
 # --------------------------------------------------------------------------- pipeline
 
 
+def acc_sensors(m: Model, d: State) -> State:
+    """Acceleration-stage sensors, after mj_rnePostConstraint when one of them needs cacc
+    or cfrc_int. MuJoCo: mj_sensorAcc."""
+    if _sensor.needs_rne_post(m):
+        d = _rne.rne_post_constraint(m, d)
+    return _sensor.sensor_acc(m, d)
+
+
 def forward_skip(m: Model, d: State, skipstage: int = Stage.NONE,
                  skipsensor: bool = False) -> State:
     """Forward dynamics, skipping the stages up to `skipstage`. MuJoCo: mj_forwardSkip.
 
     skipstage (static): Stage.NONE runs everything, Stage.POS reuses the position stage
-    already in `d`, Stage.VEL also the velocity stage. Sensors and energy are not
-    implemented yet, so `skipsensor` has no effect.
+    already in `d`, Stage.VEL also the velocity stage. With `skipsensor` no sensor is
+    computed (sensordata keeps its values).
     """
-    del skipsensor
     if skipstage < Stage.POS:
         d = fwd_position(m, d)
+        if not skipsensor:
+            d = _sensor.sensor_pos(m, d)
     if skipstage < Stage.VEL:
         d = fwd_velocity(m, d)
+        if not skipsensor:
+            d = _sensor.sensor_vel(m, d)
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
-    return fwd_constraint(m, d)
+    d = fwd_constraint(m, d)
+    if not skipsensor:
+        d = acc_sensors(m, d)
+    return d
 
 
 def forward(m: Model, d: State) -> State:
@@ -149,11 +164,12 @@ def step(m: Model, d: State) -> State:
 
 
 def step1(m: Model, d: State) -> State:
-    """First half of a step: position and velocity stages. MuJoCo: mj_step1.
+    """First half of a step: position and velocity stages and their sensors. MuJoCo: mj_step1.
 
     Set ctrl, qfrc_applied or xfrc_applied on the result, then call `step2`.
     """
-    return fwd_velocity(m, fwd_position(m, d))
+    d = _sensor.sensor_pos(m, fwd_position(m, d))
+    return _sensor.sensor_vel(m, fwd_velocity(m, d))
 
 
 def step2(m: Model, d: State) -> State:
@@ -163,7 +179,7 @@ def step2(m: Model, d: State) -> State:
     """
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
-    d = fwd_constraint(m, d)
+    d = acc_sensors(m, fwd_constraint(m, d))
     return integrate(m, d, rk4_as_euler=True)
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, scan
-from jaxsim.types import DisableBit, Model, State, WrapType
+from jaxsim.types import Cone, DisableBit, Model, State, WrapType
 
 
 def _dtype(m: Model):
@@ -135,12 +135,124 @@ def rne(m: Model, d: State) -> State:
     return d.replace(qfrc_bias=bias)
 
 
+def contact_force(m: Model, d: State) -> jax.Array:
+    """Force:torque of every contact slot in its contact frame, (ncon, 6). MuJoCo:
+    mj_contactForce (pyramidal forces decoded with mju_decodePyramid).
+
+    Slots without constraint rows (efc_address < 0) give zero. As MuJoCo, the adhesion of
+    the pair is subtracted from the normal force.
+    """
+    from jaxsim import constraint
+
+    c = d.contact
+    dt = _dtype(m)
+    n = c.dist.shape[0]
+    out = jnp.zeros((n, 6), dt)
+    p = constraint.plan(m, n)
+    if not n or not p.nrow or d.efc_force.shape[0] != p.nefc:
+        return out
+    rows = p.nfixed + np.arange(n)[:, None] * p.nrow + np.arange(p.nrow)
+    f = d.efc_force[rows]  # (n, nrow); rows beyond a contact's dim hold 0
+    if m.opt.cone == Cone.PYRAMIDAL:
+        nt = p.nrow // 2
+        normal = jnp.sum(f, -1) if p.nrow > 1 else f[:, 0]
+        out = out.at[:, 0].set(normal)
+        if nt:
+            tang = (f[:, 0:2 * nt:2] - f[:, 1:2 * nt:2]) * c.friction[:, :nt]
+            tang = jnp.where((c.dim > 1)[:, None], tang, 0.0)  # frictionless: one row
+            out = out.at[:, 1:1 + nt].set(tang)
+    else:
+        out = out.at[:, :p.nrow].set(f)
+    out = out.at[:, 0].add(-c.adhesion)
+    return jnp.where((c.efc_address >= 0)[:, None], out, 0.0)
+
+
+def _weld_torque(m: Model, d: State, ids: np.ndarray, f: jax.Array) -> jax.Array:
+    """World torque of weld rotation-row forces f (k, 3): tau with jr' tau = Jrot' f.
+
+    The rotation rows are 0.5 ts Im(q1^-1 (0, jr w) q0 rel), linear in the angular
+    velocity w: tau = 0.5 ts M' f with M's columns the images of the unit axes.
+    """
+    from jaxsim.constraint import _anchors
+
+    *_, b1, b2, site, s1, s2 = _anchors(m, d, ids, True)
+    q0, q1 = d.xquat[b1], d.xquat[b2]
+    rel = m.eq_data[ids, 6:10]
+    if m.nsite and site.any():
+        sel = jnp.asarray(site)[:, None]
+        q0 = jnp.where(sel, math.quat_mul(q0, m.site_quat[s1]), q0)
+        q1 = jnp.where(sel, math.quat_mul(q1, m.site_quat[s2]), q1)
+        rel = jnp.where(sel, jnp.asarray([1.0, 0, 0, 0], rel.dtype), rel)
+    quat = math.quat_mul(q0, rel)
+    neg1 = math.quat_neg(q1)
+    axes = jnp.concatenate([jnp.zeros((3, 1), f.dtype), jnp.eye(3, dtype=f.dtype)], 1)
+    cols = math.quat_mul(math.quat_mul(neg1[:, None], axes[None]), quat[:, None])[..., 1:]
+    ts = m.eq_data[ids, 10]
+    return 0.5 * ts[:, None] * jnp.einsum("kji,ki->kj", cols, f)
+
+
+def _constraint_ext(m: Model, d: State) -> jax.Array:
+    """cfrc_ext of contact, connect and weld forces (part of mj_rnePostConstraint)."""
+    from jaxsim import constraint
+
+    dt = _dtype(m)
+    ext = jnp.zeros((m.nbody, 6), dt)
+    n = d.contact.dist.shape[0]
+    p = constraint.plan(m, n)
+    if p.nefc == 0 or d.efc_force.shape[0] != p.nefc:
+        return ext
+    root = _np(m.body_rootid)
+    broot = jnp.asarray(root)
+
+    def add(body, wrench, point, sign):
+        # world-oriented torque:force at `point`, moved to the com of the body's tree
+        ref = d.subtree_com[broot[body]]
+        tor = wrench[:, :3] - jnp.cross(ref - point, wrench[:, 3:])
+        return ext.at[body].add(sign * jnp.concatenate([tor, wrench[:, 3:]], -1))
+
+    if p.nrow and n:
+        c = d.contact
+        lfrc = contact_force(m, d)
+        frame_t = jnp.swapaxes(c.frame, 1, 2)
+        wrench = jnp.concatenate([frame_t @ lfrc[:, 3:, None], frame_t @ lfrc[:, :3, None]],
+                                 1)[..., 0]
+        gb = jnp.asarray(_np(m.geom_bodyid))
+        g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
+        ext = add(gb[g[:, 0]], wrench, c.pos, -1.0)
+        ext = add(gb[g[:, 1]], wrench, c.pos, 1.0)
+
+    # connect (3 rows: force) and weld (6 rows: force, torque) equalities, by eq id order
+    kinds = [(i, 3) for i in p.eq_connect] + [(i, 6) for i in p.eq_weld]
+    kinds += [(i, 1) for i in p.eq_joint] + [(i, 1) for i in p.eq_tendon]
+    kinds.sort()
+    adr, first = {}, 0
+    for i, k in kinds:
+        adr[int(i)] = first
+        first += k
+    for ids, weld in ((p.eq_connect, False), (p.eq_weld, True)):
+        if not len(ids):
+            continue
+        from jaxsim.constraint import _anchors
+
+        p1, p2, b1, b2, *_ = _anchors(m, d, ids, weld)
+        start = np.asarray([adr[int(i)] for i in ids])
+        frc = d.efc_force[start[:, None] + np.arange(3)]
+        if weld:
+            tor = _weld_torque(m, d, ids, d.efc_force[start[:, None] + np.arange(3, 6)])
+        else:
+            tor = jnp.zeros_like(frc)
+        wrench = jnp.concatenate([tor, frc], -1)
+        ext = add(jnp.asarray(b1), wrench, p1, 1.0)
+        ext = add(jnp.asarray(b2), wrench, p2, -1.0)
+    return ext.at[0].set(0.0)
+
+
 def rne_post_constraint(m: Model, d: State) -> State:
     """Body accelerations and forces: cacc, cfrc_int, cfrc_ext. MuJoCo: mj_rnePostConstraint.
 
-    cfrc_ext holds xfrc_applied moved to the com of each body's tree. Contact and
-    equality-constraint forces are not added yet (constraints are not implemented; with
-    constraints disabled the result is exact).
+    cfrc_ext holds xfrc_applied, contact forces and connect / weld constraint forces, each
+    moved to the com of its body's tree; cfrc_int the force each body receives from its
+    parent.
     """
     dt = _dtype(m)
     nbody = m.nbody
@@ -150,6 +262,8 @@ def rne_post_constraint(m: Model, d: State) -> State:
     ref = d.subtree_com[_np(m.body_rootid)]
     cfrc_ext = jnp.concatenate([torque + jnp.cross(d.xipos - ref, force), force], axis=-1)
     cfrc_ext = cfrc_ext.at[0].set(0.0)
+    if m.nv:
+        cfrc_ext = cfrc_ext + _constraint_ext(m, d)
 
     cacc = body_acc(m, d, d.qacc if m.nv else None)
     if not m.nv:
@@ -160,4 +274,4 @@ def rne_post_constraint(m: Model, d: State) -> State:
     return d.replace(cacc=cacc, cfrc_int=cfrc_int, cfrc_ext=cfrc_ext)
 
 
-__all__ = ["body_acc", "rne", "rne_acc", "rne_bias", "rne_post_constraint", "tendon_bias"]
+__all__ = ["body_acc", "contact_force", "rne", "rne_acc", "rne_bias", "rne_post_constraint", "tendon_bias"]

@@ -10,6 +10,7 @@ import re
 
 import jax.numpy as jnp
 import mujoco
+import numpy as np
 import pytest
 from compare import model_errors
 from conftest import CORPUS, MODELS, gym_assets, mjx_test_data
@@ -24,8 +25,8 @@ FULL = os.environ.get("JAXSIM_FULL_CORPUS") == "1"
 # Features the compiler rejects with an MJCFError on purpose (the engine cannot honour them
 # yet); a model using them must raise, never load half-understood.
 REJECTED = re.compile(
-    r"flex|plugin|<attach>|<model> assets|lengthrange must be given|SO3|controls \(multi-input"
-    r"|discardvisual|sdf geoms|sleeping islands|libccd")
+    r"flex|plugin|<attach>|<model> assets|SO3|controls \(multi-input"
+    r"|sdf geoms|sleeping islands|libccd")
 
 # A slice that exercises every compiler path, for the default (CI) run.
 SLICE = [
@@ -87,6 +88,62 @@ def test_model_constants_match_mujoco(path):
     except MJCFError as e:
         assert REJECTED.search(str(e)), f"unexpected rejection: {e}"
         return
+    assert model_errors(ours, ref) == []
+
+
+LENGTHRANGE = """<mujoco>
+  <compiler><lengthrange mode="all" timestep="0.02" inttotal="6"/></compiler>
+  <worldbody><site name="a" pos="0 0 .3"/>
+    <body name="b1"><joint name="j1" axis="0 1 0" range="-60 60"/>
+      <geom type="capsule" fromto="0 0 0 .4 0 0" size=".03"/>
+      <body name="b2" pos=".4 0 0"><joint name="j2" axis="0 1 0" range="0 90"/>
+        <geom type="capsule" fromto="0 0 0 .3 0 0" size=".03"/><site name="b" pos=".2 0 0"/>
+      </body>
+    </body>
+  </worldbody>
+  <tendon><spatial name="t"><site site="a"/><site site="b"/></spatial></tendon>
+  <actuator><muscle tendon="t"/><position joint="j2" kp="1"/>
+    <motor joint="j1" lengthrange="-0.5 0.2"/></actuator>
+</mujoco>"""
+
+
+def test_lengthrange_by_simulation_matches_mujoco():
+    """Actuators without a range get MuJoCo's simulated one (mj_setLengthRange); an explicit
+    range is kept (useexisting)."""
+    ref = mujoco.MjModel.from_xml_string(LENGTHRANGE)
+    ours = jaxsim.load_string(LENGTHRANGE, dtype=jnp.float64)
+    assert np.ptp(ref.actuator_lengthrange[:2], axis=1).min() > 0.1  # not trivially zero
+    np.testing.assert_allclose(np.asarray(ours.actuator_lengthrange), ref.actuator_lengthrange,
+                               atol=1e-9)
+    bad = LENGTHRANGE.replace('inttotal="6"', 'inttotal="0.5"')  # stops before it converges
+    with pytest.raises(ValueError, match="did not converge"):
+        mujoco.MjModel.from_xml_string(bad)
+    with pytest.raises(MJCFError, match="did not converge"):
+        jaxsim.load_string(bad, dtype=jnp.float64)
+
+
+DISCARD = """<mujoco><compiler discardvisual="true"/>
+  <asset><texture name="t" type="2d" builtin="checker" width="8" height="8"/>
+    <material name="m" texture="t"/>
+    <mesh name="used" vertex="0 0 0  1 0 0  0 1 0  0 0 1"/>
+    <mesh name="visual" vertex="0 0 0  1 0 0  0 1 0  0 0 .5"/></asset>
+  <worldbody><geom name="floor" type="plane" size="1 1 .1" material="m"/>
+    <body name="a" pos="0 0 1"><freejoint/><geom size=".1"/>
+      <geom name="look" type="box" size=".3 .1 .1" pos=".2 0 0" contype="0" conaffinity="0"/>
+      <geom type="mesh" mesh="visual" contype="0" conaffinity="0"/></body>
+    <body name="b" pos="1 0 1"><freejoint/><geom type="mesh" mesh="used"/>
+      <geom name="paired" size=".2" pos=".3 .1 -.2" contype="0" conaffinity="0"/>
+      <site name="s"/></body></worldbody>
+  <contact><pair geom1="paired" geom2="floor"/></contact>
+</mujoco>"""
+
+
+def test_discardvisual_matches_mujoco():
+    """Visual geoms, meshes only they use, materials and textures go; bodies keep the
+    inertia the visual geoms gave them."""
+    ref = mujoco.MjModel.from_xml_string(DISCARD)
+    assert (ref.ngeom, ref.nmesh, ref.nmat, ref.ntex) == (4, 1, 0, 0)
+    ours = jaxsim.load_string(DISCARD, dtype=jnp.float64)
     assert model_errors(ours, ref) == []
 
 

@@ -302,7 +302,6 @@ _BAD = {
     "slidercrank without slider": '<actuator><general cranksite="s_a" cranklength="1"/>'
                                   '</actuator>',
     "damping on site transmission": '<actuator><motor site="s_a" damping="1"/></actuator>',
-    "muscle needs lengthrange": '<actuator><muscle joint="h2"/></actuator>',
     "orientation": '<actuator><orientation site="s_a" refsite="w0"/></actuator>',
     "key qpos too long": '<keyframe><key qpos="' + " ".join(["0"] * 30) + '"/></keyframe>',
     "key ctrl too long": '<keyframe><key ctrl="1 2"/></keyframe>',
@@ -342,7 +341,7 @@ _BAD = {
 
 
 # valid MJCF that jaxsim rejects on purpose (MuJoCo accepts it)
-_UNSUPPORTED_OK = {"orientation", "muscle needs lengthrange"}
+_UNSUPPORTED_OK = {"orientation"}
 
 
 @pytest.mark.parametrize("name", sorted(_BAD))

@@ -167,9 +167,6 @@ def compile_assets(ctx: Ctx) -> None:
                 ctx.add_name(ObjType.SKIN, el.get("name") or "", el)
             else:  # <model> is handled by expand; anything else is a schema error
                 raise MJCFError(f"<{tag}> assets are not supported by jaxsim yet", el)
-    if ctx.compiler.discardvisual:
-        raise MJCFError("compiler discardvisual=\"true\" is not supported by jaxsim yet",
-                        next(ctx.root.iterchildren("compiler")), "discardvisual")
     for mi, el in enumerate(ctx.elements[int(ObjType.MATERIAL)]):
         for tex in (el.get("texture"),):
             if tex and tex not in ctx.ids[int(ObjType.TEXTURE)]:

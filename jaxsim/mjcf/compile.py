@@ -6,6 +6,7 @@ sections, then the derived constants (`jaxsim.constants.set_const`, run in float
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import warnings
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from jaxsim.mjcf import assets as assets_pass
-from jaxsim.mjcf import expand, tree
+from jaxsim.mjcf import discard, expand, tree
 from jaxsim.mjcf.context import Compiler, Ctx
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.parse import SRC, Defaults, Source, read_tree, validate
@@ -67,6 +68,18 @@ def compile_bytes(data: bytes, filename: str, source: Source, dtype=None) -> Mod
             raise MJCFError(msg, el)
     compiler = read_compiler(root)
     expand.expand_all(root, compiler, source)
+    if compiler.discardvisual:
+        full = copy.copy(compiler)
+        full.discardvisual = False
+        if discard.discard_visual(root, lambda r: _build(r, full, source)):
+            if compiler.inertiafromgeom == "true":  # the inertials it wrote must stand
+                compiler.inertiafromgeom = "auto"
+    ctx = _build(root, compiler, source)
+    return _finish(ctx, dtype)
+
+
+def _build(root, compiler: Compiler, source: Source) -> Ctx:
+    """Compiles an expanded tree into ctx.out (everything but the derived constants)."""
     defaults = Defaults(root)
     ctx = Ctx(root, source, defaults, compiler)
     ctx.model_name = root.get("model", "MuJoCo Model")
@@ -80,7 +93,7 @@ def compile_bytes(data: bytes, filename: str, source: Source, dtype=None) -> Mod
     tree.finalize_simple(ctx)
     if compiler.settotalmass > 0:
         _set_total_mass(ctx, compiler.settotalmass)
-    return _finish(ctx, dtype)
+    return ctx
 
 
 # ------------------------------------------------------------------------------ settings
@@ -306,6 +319,8 @@ def _finish(ctx: Ctx, dtype) -> Model:
         for hook in ctx.post_const:
             model = hook(model)
         model = _apply_statistic(ctx, model)
+    if ctx.lengthrange_sim:
+        model = _simulated_lengthrange(ctx, model)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.float32
     if jax.dtypes.canonicalize_dtype(dt) != dt:
         # device_put truncates silently; say so, as jnp.asarray(x, float64) would
@@ -324,6 +339,23 @@ def _finish(ctx: Ctx, dtype) -> Model:
             conv[name] = _to_device(val, dt)
     conv["opt"] = _option(opt, dt, _to_device)
     return Model(**conv)
+
+
+def _simulated_lengthrange(ctx: Ctx, model: Model) -> Model:
+    """actuator_lengthrange for the actuators MuJoCo's compiler finds by simulation."""
+    import jax
+
+    from jaxsim.mjcf import lengthrange
+
+    info = Model.field_info()
+    with jax.enable_x64(True):
+        conv = {name: (getattr(model, name) if info[name]["static"] or name == "opt"
+                       else _to_device(getattr(model, name), np.float64)) for name in info}
+        conv["opt"] = _option(ctx.option, np.float64, _to_device)
+        dev = Model(**conv)
+    lr = lengthrange.resolve(dev, ctx.lengthrange_sim, ctx.compiler.lengthrange,
+                             ctx.lengthrange_error)
+    return model.replace(actuator_lengthrange=lr)
 
 
 def _to_device(val, dtype):

@@ -64,6 +64,8 @@ class Ctx:
         self.names: dict[int, list[str]] = {int(t): [] for t in ObjType}
         self.ids: dict[int, dict[str, int]] = {int(t): {} for t in ObjType}
         self.elements: dict[int, list] = {int(t): [] for t in ObjType}
+        self.lengthrange_sim: list[int] = []  # actuators whose lengthrange needs simulating
+        self.lengthrange_error: Callable | None = None
         self.post_const: list[Callable] = []  # hooks run after set_const (e.g. dampratio)
 
     # -- naming -----------------------------------------------------------------------------

@@ -714,13 +714,13 @@ def _lengthrange(ctx, recs, els, lr: np.ndarray) -> np.ndarray:
     """MuJoCo's lengthrange step, for the cases it resolves without simulating.
 
     Actuators selected by the compiler's <lengthrange mode> keep an explicit range
-    (useexisting) or copy their joint/tendon limits (uselimit); the others would need
-    MuJoCo's simulation-based search, which jaxsim does not run at compile time.
+    (useexisting) or copy their joint/tendon limits (uselimit); the others are listed in
+    ctx.lengthrange_sim for the simulation-based search (jaxsim.mjcf.lengthrange).
     """
     opt = ctx.compiler.lengthrange
     mode = opt.get("mode", "muscle")
     out = ctx.out
-    for aid, (r, el) in enumerate(zip(recs, els, strict=True)):
+    for aid, r in enumerate(recs):
         muscle = r["gaintype"] == GainType.MUSCLE or r["biastype"] == BiasType.MUSCLE
         user = r["gaintype"] == GainType.USER or r["biastype"] == BiasType.USER
         if (mode == "none" or (mode == "muscle" and not muscle)
@@ -737,7 +737,7 @@ def _lengthrange(ctx, recs, els, lr: np.ndarray) -> np.ndarray:
             if r["trntype"] == TrnType.TENDON and out["tendon_limited"][tid]:
                 lr[aid] = np.asarray(out["tendon_range"])[tid]
                 continue
-        raise _err(el, aid, "lengthrange must be given explicitly (jaxsim cannot run MuJoCo's "
-                   "lengthrange simulation at compile time; or set <compiler><lengthrange "
-                   "uselimit=\"true\"/> for a limited joint or tendon)", "lengthrange")
+        ctx.lengthrange_sim.append(aid)  # found by simulation once the model is built
+    if ctx.lengthrange_sim:
+        ctx.lengthrange_error = lambda aid, msg: _err(els[aid], aid, msg, "lengthrange")
     return lr

@@ -8,11 +8,13 @@ and lays out sensordata and the history buffer after the actuators' histories.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.sections_common import nuser, sections
-from jaxsim.types import DataType, GeomType, JointType, ObjType, SensorType, Stage
+from jaxsim.types import DataType, GeomType, JointType, ObjType, SensorType, Stage, WrapType
 
 S = SensorType
 _SITE = (ObjType.SITE, "site")
@@ -299,8 +301,54 @@ def _check(ctx, s: dict, objid: int, refid: int, el) -> int:
     return 1
 
 
-def compile_sensors(ctx) -> None:
-    """Fills sensor_*, nsensor, nsensordata and extends nhistory."""
+# sensor types jaxsim.sensor computes; the others are compiled (for comparisons of the
+# compiled model) but a model using them is rejected by `load`
+_SIMULATED = frozenset({
+    S.TOUCH, S.ACCELEROMETER, S.VELOCIMETER, S.GYRO, S.FORCE, S.TORQUE, S.MAGNETOMETER,
+    S.JOINTPOS, S.JOINTVEL, S.TENDONPOS, S.TENDONVEL, S.ACTUATORPOS, S.ACTUATORVEL,
+    S.ACTUATORFRC, S.JOINTACTFRC, S.TENDONACTFRC, S.BALLQUAT, S.BALLANGVEL, S.JOINTLIMITPOS,
+    S.JOINTLIMITVEL, S.JOINTLIMITFRC, S.TENDONLIMITPOS, S.TENDONLIMITVEL, S.TENDONLIMITFRC,
+    S.FRAMEPOS, S.FRAMEQUAT, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMELINVEL,
+    S.FRAMEANGVEL, S.FRAMELINACC, S.FRAMEANGACC, S.SUBTREECOM, S.SUBTREELINVEL,
+    S.SUBTREEANGMOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK})
+
+
+def _has_spatial_tendon(ctx) -> bool:
+    out = ctx.out
+    if not out.get("ntendon"):
+        return False
+    wt, adr, num = (np.asarray(out[k]) for k in ("wrap_type", "tendon_adr", "tendon_num"))
+    return any(num[i] and wt[adr[i]] != WrapType.JOINT for i in range(len(adr)))
+
+
+def _warn_uncomputed(ctx, s: dict, nsample: int, el) -> None:
+    """Warns (naming the element, file and line) about a sensor jaxsim compiles but does not
+    compute yet: its sensordata reads NaN. Sensors do not act on the physics, so the model
+    still loads and simulates exactly; NaN makes the missing values impossible to mistake."""
+    typ = s["type"]
+    why = None
+    if typ not in _SIMULATED:
+        why = f"<{el.tag}> sensors ({S(typ).name.lower()}) are not computed by jaxsim yet"
+    elif nsample > 0:  # (a delay needs a history buffer; an interval alone has no effect)
+        why = "sensor history buffers and delays are not computed by jaxsim yet"
+    elif typ in (S.FORCE, S.TORQUE) and _has_spatial_tendon(ctx):
+        why = ("force and torque sensors in models with spatial tendons are not computed by "
+               "jaxsim yet (MuJoCo 4.0 adds spatial tendon forces to cfrc_ext)")
+    if why is not None:
+        warnings.warn(f"{MJCFError(why, el)}; its sensordata reads NaN", UncomputedSensorWarning,
+                      stacklevel=2)
+
+
+class UncomputedSensorWarning(UserWarning):
+    """A sensor that jaxsim compiles but does not compute (its sensordata reads NaN)."""
+
+
+def compile_sensors(ctx, warn: bool = True) -> None:
+    """Fills sensor_*, nsensor, nsensordata and extends nhistory.
+
+    With `warn` (what `load` uses), each sensor jaxsim does not compute yet raises an
+    UncomputedSensorWarning.
+    """
     out = ctx.out
     els = list(sections(ctx, "sensor"))
     for el in els:
@@ -348,6 +396,8 @@ def compile_sensors(ctx) -> None:
             if s["intprm"][0] <= 0:
                 raise MJCFError("data spec (intprm[0]) must be positive", el, "data")
         dim = _check(ctx, s, objid, refid, el)
+        if warn:
+            _warn_uncomputed(ctx, s, nsample, el)
         if cutoff > 0 and (s["datatype"] == DataType.QUATERNION or
                            (s["datatype"] == DataType.AXIS and typ != S.GEOMNORMAL)):
             raise MJCFError("cutoff applied to axis or quaternion datatype in sensor", el,
