@@ -21,7 +21,7 @@ from jaxsim import sensor as _sensor
 from jaxsim import smooth
 from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
-from jaxsim.types import Integrator, Model, Stage, State
+from jaxsim.types import DisableBit, Integrator, Model, Stage, State, Warning
 
 
 def _np(x) -> np.ndarray:
@@ -99,6 +99,53 @@ def fwd_constraint(m: Model, d: State) -> State:
                      solver_niter=jnp.asarray(info.niter, jnp.int32), contact=con)
 
 
+# ------------------------------------------------------------------------ value checks
+
+MAXVAL = 1e10  # mjMAXVAL: larger magnitudes count as a blow-up (mju_isBad)
+
+
+def _is_bad(x: jax.Array) -> jax.Array:
+    """Whether any entry is NaN or beyond +-MAXVAL (mju_isBad over a vector)."""
+    if x.size == 0:
+        return jnp.zeros((), bool)
+    return jnp.any(~(jnp.abs(x) <= MAXVAL))
+
+
+def reset_where(m: Model, d: State, bad: jax.Array, warning: int) -> State:
+    """The state reset (mj_resetData) where `bad`, with the warning counted as MuJoCo does.
+
+    `bad` is a traced scalar: in a vmapped batch each world decides for itself, and a world
+    that is not reset keeps its values bit for bit. With the autoreset flag disabled only
+    the warning is counted.
+    """
+    if m.opt.disableflags & DisableBit.AUTORESET:
+        return d.replace(warning=d.warning.at[warning].add(bad.astype(d.warning.dtype)))
+    from jaxsim.state import make_state
+
+    fresh = make_state(m, ncon=d.contact.dist.shape[0])
+    # mj_resetData clears the warnings, then the check counts its own
+    fresh = fresh.replace(warning=fresh.warning.at[warning].set(1))
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(bad, a.astype(b.dtype), b), fresh, d)
+
+
+def check_pos_vel(m: Model, d: State) -> State:
+    """mj_checkPos then mj_checkVel: reset a world whose qpos or qvel is bad."""
+    bad_pos = _is_bad(d.qpos)
+    d = reset_where(m, d, bad_pos, Warning.BADQPOS)
+    return reset_where(m, d, _is_bad(d.qvel), Warning.BADQVEL)
+
+
+def check_acc(m: Model, d: State) -> State:
+    """mj_checkAcc: reset a world whose qacc is bad.
+
+    MuJoCo then runs mj_forward on the reset state and integrates it in the same step; a
+    reset world here skips the integration of this step instead (see `step`), which spares
+    every world of a batch a second forward pass.
+    """
+    return reset_where(m, d, _is_bad(d.qacc), Warning.BADQACC)
+
+
 # --------------------------------------------------------------------------- pipeline
 
 
@@ -157,10 +204,21 @@ def integrate(m: Model, d: State, rk4_as_euler: bool = False) -> State:
 def step(m: Model, d: State) -> State:
     """Advances the simulation by one time step. MuJoCo: mj_step.
 
-    forward followed by the integrator the model selects (opt.integrator). MuJoCo's
-    bad-value checks (mj_checkPos/Vel/Acc) are not applied yet.
+    MuJoCo's value checks, forward, then the integrator the model selects (opt.integrator).
+    A world whose qpos or qvel is bad (NaN or beyond 1e10) starts again from the reset state
+    (mj_resetData; warning BADQPOS / BADQVEL counted in `state.warning`) before forward. A
+    world whose qacc comes out bad is reset and returned without integrating: it is one step
+    behind MuJoCo, which integrates the reset state in the same call.
     """
-    return integrate(m, forward(m, d))
+    d = forward(m, check_pos_vel(m, d))
+    return _integrate_unless_reset(m, d, lambda dd: integrate(m, dd))
+
+
+def _integrate_unless_reset(m: Model, d: State, integrate_fn) -> State:
+    bad = _is_bad(d.qacc)
+    if m.opt.disableflags & DisableBit.AUTORESET:
+        return integrate_fn(check_acc(m, d))
+    return reset_where(m, integrate_fn(d), bad, Warning.BADQACC)
 
 
 def step1(m: Model, d: State) -> State:
@@ -168,6 +226,7 @@ def step1(m: Model, d: State) -> State:
 
     Set ctrl, qfrc_applied or xfrc_applied on the result, then call `step2`.
     """
+    d = check_pos_vel(m, d)
     d = _sensor.sensor_pos(m, fwd_position(m, d))
     return _sensor.sensor_vel(m, fwd_velocity(m, d))
 
@@ -180,7 +239,7 @@ def step2(m: Model, d: State) -> State:
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
     d = acc_sensors(m, fwd_constraint(m, d))
-    return integrate(m, d, rk4_as_euler=True)
+    return _integrate_unless_reset(m, d, lambda dd: integrate(m, dd, rk4_as_euler=True))
 
 
 def euler(m: Model, d: State) -> State:
