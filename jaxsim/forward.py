@@ -21,7 +21,7 @@ from jaxsim import sensor as _sensor
 from jaxsim import smooth
 from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
-from jaxsim.types import DisableBit, Integrator, Model, Stage, State, Warning
+from jaxsim.types import DisableBit, EnableBit, Integrator, Model, Stage, State, Warning
 
 
 def _np(x) -> np.ndarray:
@@ -214,10 +214,35 @@ def step(m: Model, d: State) -> State:
     return _integrate_unless_reset(m, d, lambda dd: integrate(m, dd))
 
 
+def compare_fwd_inv(m: Model, d: State) -> State:
+    """solver_fwdinv after forward: how far inverse dynamics at the same qacc is from the
+    forward solution (constraint forces, and total applied plus actuator force).
+    MuJoCo: mj_compareFwdInv (run by step when the fwdinv flag is enabled).
+
+    As MuJoCo, the inverse pass leaves its own efc_state and qfrc_inverse in the state and
+    restores the forward qfrc_constraint and efc_force.
+    """
+    from jaxsim.inverse import inverse_skip
+
+    qforce = d.qfrc_applied + d.qfrc_actuator + xfrc_accumulate(m, d)
+    inv = inverse_skip(m, d, Stage.VEL, skipsensor=True)
+    fwdinv = jnp.stack([jnp.linalg.norm(d.qfrc_constraint - inv.qfrc_constraint),
+                        jnp.linalg.norm(qforce - inv.qfrc_inverse)])
+    if not d.efc_force.shape[0]:  # no constraints: MuJoCo reports zeros
+        fwdinv = jnp.zeros_like(fwdinv)
+    return inv.replace(qfrc_constraint=d.qfrc_constraint, efc_force=d.efc_force,
+                       solver_fwdinv=fwdinv.astype(d.qacc.dtype))
+
+
 def _integrate_unless_reset(m: Model, d: State, integrate_fn) -> State:
     bad = _is_bad(d.qacc)
     if m.opt.disableflags & DisableBit.AUTORESET:
-        return integrate_fn(check_acc(m, d))
+        d = check_acc(m, d)
+        if m.opt.enableflags & EnableBit.FWDINV:
+            d = compare_fwd_inv(m, d)
+        return integrate_fn(d)
+    if m.opt.enableflags & EnableBit.FWDINV:
+        d = compare_fwd_inv(m, d)
     return reset_where(m, integrate_fn(d), bad, Warning.BADQACC)
 
 

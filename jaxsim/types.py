@@ -886,6 +886,8 @@ class State(Struct):
     efc_state: Array = leaf("(nefc,)", "constraint state per row (ConstraintState)")
     efc_active: Array = leaf("(nefc,)", "true where the row exists in MuJoCo now")
     solver_niter: Array = leaf("()", "number of solver iterations")
+    solver_fwdinv: Array = leaf("(2,)", "fwdinv flag: |qfrc_constraint| and |qfrc_inverse| "
+                                "differences between forward and inverse dynamics")
     overflow: Array = leaf("()", "true when a fixed buffer was too small for this state")
     maxuse_con: Array = leaf("()", "most contact slots needed so far")
     warning: Array = leaf("(8,)", "warning counters (Warning enum order)")

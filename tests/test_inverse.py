@@ -95,3 +95,32 @@ def test_inverse_matches_mujoco(name):
             np.testing.assert_allclose(out.sensordata, d.sensordata, atol=1e-8, rtol=1e-8)
     if name.startswith("contact"):
         assert d.nefc > 0, "no constraint rows: the test is vacuous"
+
+
+_FWDINV = """<mujoco><option><flag fwdinv="enable"/></option><worldbody>
+  <geom type="plane" size="2 2 .1"/>
+  <body pos="0 0 .09"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
+  <body pos="1 0 1"><joint name="h" axis="0 1 0" range="-.1 .1"/>
+    <geom type="capsule" fromto="0 0 0 .3 0 0" size=".05"/></body>
+  </worldbody><actuator><motor joint="h"/></actuator></mujoco>"""
+
+
+def test_fwdinv_flag_fills_solver_fwdinv():
+    """With <flag fwdinv>, step compares forward and inverse dynamics (mj_compareFwdInv):
+    both differences are at the solver's tolerance, as in MuJoCo; without it they stay 0."""
+    m = mujoco.MjModel.from_xml_string(_FWDINV)
+    d = mujoco.MjData(m)
+    model = jaxsim.load_string(_FWDINV, dtype=jnp.float64)
+    step = jax.jit(jaxsim.step)
+    s = jaxsim.make_state(model)
+    for _ in range(5):
+        d.ctrl[0] = 0.5
+        s = s.replace(ctrl=jnp.asarray(d.ctrl))
+        mujoco.mj_step(m, d)
+        s = step(model, s)
+        ours = np.asarray(s.solver_fwdinv)
+        assert np.all(np.isfinite(ours))
+        np.testing.assert_allclose(ours, d.solver_fwdinv, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(s.qpos), d.qpos, atol=1e-9)
+    off = model.replace(opt=model.opt.replace(enableflags=0))
+    assert np.all(np.asarray(step(off, jaxsim.make_state(off)).solver_fwdinv) == 0)

@@ -1446,8 +1446,8 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) ->
 def _ccd_support(t, g: Geom, d):
     """mjccd_support (libccd's support, as mjc_PlaneConvex uses it): (point, vertex id).
 
-    Meshes with at least 10 vertices and a convex-hull graph hill-climb from graph vertex 0
-    (the id returned is then a graph-local id), others search all vertices."""
+    Meshes with at least 10 vertices and a convex-hull graph hill-climb from graph vertex 0,
+    others search all vertices (the first of equal maxima)."""
     ld = _mul_t(g.mat, d)
     if t == ELLIPSOID:
         r = _normalize(ld * g.size) * g.size
@@ -1471,49 +1471,62 @@ def _ccd_support(t, g: Geom, d):
     ib, _, _ = lax.while_loop(lambda st: st[2], climb,
                               (jnp.asarray(0, _I32), vd[glob[0]], hill))
     gid = jnp.where(hill, glob[ib], best)
-    return _mul(g.mat, v[gid]) + g.pos, jnp.where(hill, ib, best)
+    return _mul(g.mat, v[gid]) + g.pos, gid
 
 
 def plane_convex(t2: int, g1: Geom, g2: Geom, margin) -> Contacts:
-    """mjc_PlaneConvex: plane (g1) against an ellipsoid (1 slot) or a mesh (3 slots)."""
+    """mjc_PlaneConvex: plane (g1) against an ellipsoid (1 slot) or a mesh (4 slots).
+
+    Mesh, as MuJoCo 4.0 does it (measured against it; its source is not public): the deepest
+    vertex (libccd's support) is the first contact; of the mesh polygons through it, the one
+    whose outward normal points most into the plane is walked from the vertex after it, in
+    steps of max(1, n // 4) for an n-gon, and up to three of the vertices visited that lie
+    within the margin of the plane and below the mesh centre along the normal are added, in
+    that order. Exact for polygons of up to four vertices (triangulated hulls, boxes); for
+    larger polygons MuJoCo 4.0 sometimes keeps other vertices.
+    """
     dt = jnp.result_type(g1.pos, g2.pos, float)
     g1, g2 = _as_geom(g1, dt), _as_geom(g2, dt)
     margin = jnp.asarray(margin, dt)
     n = g1.mat[:, 2]
-    supp, idx = _ccd_support(t2, g2, n * -1)
+    supp, gid = _ccd_support(t2, g2, n * -1)
     dist = _dot(n, supp - g1.pos)
     pos = supp + n * (-0.5 * dist)
     z = jnp.zeros(3, dt)
     first = Contacts(dist[None], pos[None], n[None], z[None], (dist <= margin)[None])
     if t2 != MESH:
         return first
-    # more mesh vertices within the margin: neighbours of the deepest one in the hull graph
-    # (MuJoCo looks the vertex up by its graph-local id even when it found it by exhaustive
-    # search, i.e. by its vertex id), else all vertices
     D = g2.data
     v = D.vert
-    locdir = _mul_t(g2.mat, n * -1)
-    thr = _dot(n, g2.pos - g1.pos) - margin
-    has_graph = D.graph_nvert > 0
-    li = jnp.clip(idx, 0, D.graph_adj.shape[0] - 1)
-    nb = D.graph_adj[li]
-    nb_ok = has_graph & (idx < D.graph_nvert) & (nb >= 0)
-    nb_gid = D.graph_global[jnp.maximum(nb, 0)]
-    all_ok = ~has_graph & (jnp.arange(v.shape[0]) < D.nvert) & (jnp.arange(v.shape[0]) != idx)
-    cand = jnp.concatenate([nb_gid, jnp.arange(v.shape[0], dtype=_I32)])
-    ok = jnp.concatenate([nb_ok, all_ok])
-    cv = v[cand]
-    vdot = locdir[0] * cv[:, 0] + locdir[1] * cv[:, 1] + locdir[2] * cv[:, 2]
-    pnt = jax.vmap(lambda p: _mul(g2.mat, p) + g2.pos)(cv)
-    near = _norm(pnt - pos) < 0.3 * D.rbound
-    sel = ok & (vdot > thr) & ~near
-    sel = sel & (jnp.cumsum(sel) <= 2)
-    order = jnp.argsort(~sel, stable=True)[:2]
-    pnt, got = pnt[order], sel[order] & (dist <= margin)
-    d2 = _dot(pnt - g1.pos, n)
+    # the polygon through the deepest vertex facing the plane most
+    polys = D.vert_poly[gid]  # (Dp,)
+    pvalid = polys >= 0
+    pn = jax.vmap(lambda q: _mul(g2.mat, q))(D.poly_normal[jnp.maximum(polys, 0)])
+    score = jnp.where(pvalid, pn @ (n * -1), -jnp.inf)
+    pid = jnp.maximum(polys[jnp.argmax(score)], 0)
+    pverts = D.poly_vert[pid]  # (Pv,)
+    nv_poly = jnp.maximum(D.poly_nvert[pid], 1)
+    at = jnp.argmax(pverts == gid)
+    stride = jnp.maximum(1, nv_poly // 4)
+    k = jnp.arange(pverts.shape[0])
+    j = 1 + k * stride
+    cand = pverts[jnp.where(j < nv_poly, (at + j) % nv_poly, 0)]
+    cand = jnp.maximum(cand, 0)
+    pnt = jax.vmap(lambda q: _mul(g2.mat, q) + g2.pos)(v[cand])
+    d2 = (pnt - g1.pos) @ n
+    below_centre = (pnt - g2.pos) @ n < 0
+    ok = (j < nv_poly) & (d2 < margin) & below_centre & pvalid.any() & (dist <= margin)
+    ok = ok & (jnp.cumsum(ok) <= 3)
+    order = jnp.argsort(~ok, stable=True)[:3]
+    pnt, d2, got = pnt[order], d2[order], ok[order]
+    if order.shape[0] < 3:  # polygons are padded to at least 4 vertices; keep 3 slots
+        pad = 3 - order.shape[0]
+        pnt = jnp.concatenate([pnt, jnp.zeros((pad, 3), dt)])
+        d2 = jnp.concatenate([d2, jnp.zeros(pad, dt)])
+        got = jnp.concatenate([got, jnp.zeros(pad, bool)])
     p2 = pnt + n * (-0.5 * d2)[:, None]
-    return Contacts.concat([first, Contacts(d2, p2, jnp.broadcast_to(n, (2, 3)),
-                                            jnp.zeros((2, 3), dt), got)])
+    return Contacts.concat([first, Contacts(d2, p2, jnp.broadcast_to(n, (3, 3)),
+                                            jnp.zeros((3, 3), dt), got)])
 
 
 # ------------------------------------------------------------------------------ the table
@@ -1537,7 +1550,7 @@ def functions(opt=None) -> dict:
 
     table = {(a, b): (cvx(a, b), max_contacts(a, b, o)) for a, b in _CONVEX_PAIRS}
     table[(PLANE, ELLIPSOID)] = (pln(ELLIPSOID), 1)
-    table[(PLANE, MESH)] = (pln(MESH), 3)
+    table[(PLANE, MESH)] = (pln(MESH), 4)
     return table
 
 
