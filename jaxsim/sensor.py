@@ -7,7 +7,7 @@ scattered into `sensordata` at `sensor_adr`, then `sensor_cutoff` clamps them as
 MuJoCo's apply_cutoff does (both sides for real data, the upper side for positive data).
 
 Sensor types jaxsim does not compute yet (rangefinder, camprojection, contact, tactile,
-geomdist / normal / fromto, insidesite, user, plugin) and sensors with a history buffer or
+geomdist / normal / fromto, user, plugin) and sensors with a history buffer or
 delay read NaN, in the stage MuJoCo computes them; `load` warns about each
 (UncomputedSensorWarning, sections_sensor.py) and `unsupported` lists them.
 """
@@ -39,7 +39,7 @@ MINVAL = 1e-15  # mjMINVAL
 POS_TYPES = frozenset({
     S.MAGNETOMETER, S.JOINTPOS, S.TENDONPOS, S.ACTUATORPOS, S.BALLQUAT, S.JOINTLIMITPOS,
     S.TENDONLIMITPOS, S.FRAMEPOS, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMEQUAT,
-    S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK})
+    S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE})
 VEL_TYPES = frozenset({
     S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
     S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
@@ -476,6 +476,39 @@ def _frame_ref(m: Model, d: State, ids: np.ndarray):
     return has, pos, mat, rt_, rid_
 
 
+def _inside_site(m: Model, d: State, objtype: np.ndarray, objid: np.ndarray,
+                 site: np.ndarray) -> jax.Array:
+    """1 where the object's position lies inside the site's volume (mju_insideGeom)."""
+    xpos, _ = _xpos_xmat(d, objtype, objid)
+    body = (objtype == ObjType.BODY) & (objid > 0)
+    if body.any():  # a massless body with mass below it: its subtree's com (as MuJoCo)
+        use = (jnp.asarray(body) & (m.body_mass[objid] < MINVAL)
+               & (m.body_subtreemass[objid] >= MINVAL))
+        xpos = jnp.where(use[:, None], d.subtree_com[objid], xpos)
+    vec = xpos - d.site_xpos[site]
+    loc = jnp.einsum("kji,kj->ki", d.site_xmat[site], vec)
+    size = m.site_size[site]
+    stype = _np(m.site_type)[site]
+    x2, y2 = loc[:, 0] ** 2, loc[:, 1] ** 2
+    r2 = size[:, 0] ** 2
+    zc = loc[:, 2] - jnp.clip(loc[:, 2], -size[:, 1], size[:, 1])
+    safe = jnp.where(size == 0, 1.0, size)
+    tests = {
+        GeomType.SPHERE: jnp.sum(vec * vec, axis=1) < r2,
+        GeomType.CAPSULE: x2 + y2 + zc * zc < r2,
+        GeomType.ELLIPSOID: jnp.sum((loc / safe) ** 2, axis=1) < 1,
+        GeomType.CYLINDER: (jnp.abs(loc[:, 2]) < size[:, 1]) & (x2 + y2 < r2),
+        GeomType.BOX: jnp.all(jnp.abs(loc) < size, axis=1),
+        GeomType.PLANE: loc[:, 2] < 0,
+    }
+    out = jnp.zeros(len(site), bool)
+    for t, val in tests.items():
+        sel = stype == t
+        if sel.any():
+            out = jnp.where(jnp.asarray(sel), val, out)
+    return out.astype(d.qpos.dtype)
+
+
 def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
     """Values (k, dim) of the sensors `ids`, all of type `typ`."""
     dt = d.qpos.dtype
@@ -521,6 +554,8 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
         return jnp.broadcast_to(energy_vel(m, d), (k, 1))
     if typ == S.CLOCK:
         return jnp.broadcast_to(d.time.astype(dt), (k, 1))
+    if typ == S.INSIDESITE:
+        return col(_inside_site(m, d, objtype, objid, _np(m.sensor_refid)[ids]))
 
     # ---- velocity
     if typ in (S.VELOCIMETER, S.GYRO):

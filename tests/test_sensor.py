@@ -151,6 +151,12 @@ _CONTACT = '''
     <force site="armsite"/><torque site="armsite"/><force site="zone"/><torque site="zone"/>
     <accelerometer site="zone"/><framelinacc objtype="body" objname="ball"/>
     <jointlimitfrc joint="hinge"/>
+    <insidesite site="zs" objtype="body" objname="arm"/>
+    <insidesite site="ballzone" objtype="geom" objname="gs"/>
+    <insidesite site="zone" objtype="xbody" objname="box"/>
+    <insidesite site="armsite" objtype="site" objname="top"/>
+    <insidesite site="top" objtype="body" objname="ball"/>
+    <insidesite site="zs" objtype="body" objname="ball"/>
   </sensor>
 </mujoco>'''
 for _cone, _dim in (("pyramidal", 3), ("elliptic", 4), ("pyramidal", 1)):
@@ -214,11 +220,15 @@ def test_sensordata_matches_mujoco(name):
     assert not bad, "\n".join(bad)
     if name.startswith("contact"):
         assert nonzero[0], "the touch sensor saw no contact: the test is vacuous"
+        inside = [i for i in range(m.nsensor)
+                  if m.sensor_type[i] == mujoco.mjtSensor.mjSENS_INSIDESITE]
+        # some sites hold their object, some do not (over the states)
+        assert nonzero[m.sensor_adr[inside]].any() and not nonzero[m.sensor_adr[inside]].all()
 
 
 _UNCOMPUTED = ['<rangefinder site="s"/>', '<camprojection site="s" camera="c"/>',
                '<contact geom1="g"/>', '<distance geom1="g" geom2="w"/>',
-               '<insidesite site="s" objtype="body" objname="b"/>', '<user dim="2"/>',
+               '<user dim="2"/>',
                '<jointpos joint="h" nsample="3" delay="0.01"/>']
 _SMALL = '''<mujoco><option>{option}</option><worldbody><geom name="w" size=".1"/>
   <camera name="c" pos="0 0 2" resolution="10 10"/>
