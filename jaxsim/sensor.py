@@ -6,8 +6,8 @@ gather per sensor type present, never one computation per sensor. The results ar
 scattered into `sensordata` at `sensor_adr`, then `sensor_cutoff` clamps them as
 MuJoCo's apply_cutoff does (both sides for real data, the upper side for positive data).
 
-Sensor types jaxsim does not compute yet (rangefinder, camprojection, contact, tactile,
-geomdist / normal / fromto, user, plugin) and sensors with a history buffer or
+Sensor types jaxsim does not compute yet (rangefinder, contact, tactile, geomdist /
+normal / fromto, user, plugin) and sensors with a history buffer or
 delay read NaN, in the stage MuJoCo computes them; `load` warns about each
 (UncomputedSensorWarning, sections_sensor.py) and `unsupported` lists them.
 """
@@ -39,7 +39,7 @@ MINVAL = 1e-15  # mjMINVAL
 POS_TYPES = frozenset({
     S.MAGNETOMETER, S.JOINTPOS, S.TENDONPOS, S.ACTUATORPOS, S.BALLQUAT, S.JOINTLIMITPOS,
     S.TENDONLIMITPOS, S.FRAMEPOS, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMEQUAT,
-    S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE})
+    S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE, S.CAMPROJECTION})
 VEL_TYPES = frozenset({
     S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
     S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
@@ -509,6 +509,26 @@ def _inside_site(m: Model, d: State, objtype: np.ndarray, objid: np.ndarray,
     return out.astype(d.qpos.dtype)
 
 
+def _cam_project(m: Model, d: State, site: np.ndarray, cam: np.ndarray) -> jax.Array:
+    """Pixel coordinates (k, 2) of sites seen by cameras (engine_sensor.c: cam_project)."""
+    res = jnp.asarray(np.asarray(m.cam_resolution).reshape(-1, 2)[cam], d.qpos.dtype)
+    ss = m.cam_sensorsize[cam]
+    has_sensor = (ss[:, 0] != 0) & (ss[:, 1] != 0)
+    safe_ss = jnp.where(ss == 0, 1.0, ss)
+    # MuJoCo stores intrinsic and sensorsize as float and divides them in float
+    f32 = jnp.float32
+    f_sensor = ((m.cam_intrinsic[cam][:, :2].astype(f32) / safe_ss.astype(f32))
+                * res.astype(f32)).astype(d.qpos.dtype)
+    f_fovy = (0.5 / jnp.tan(m.cam_fovy[cam] * np.pi / 360.0) * res[:, 1])[:, None]
+    f = jnp.where(has_sensor[:, None], f_sensor, jnp.broadcast_to(f_fovy, f_sensor.shape))
+    rel = d.site_xpos[site] - d.cam_xpos[cam]
+    p = jnp.einsum("kji,kj->ki", d.cam_xmat[cam], rel)
+    z = p[:, 2]
+    den = jnp.where(jnp.abs(z) < MINVAL, jnp.where(z < 0, -MINVAL, MINVAL), z)
+    return jnp.stack([-f[:, 0] * (p[:, 0] / den) + 0.5 * res[:, 0],
+                      f[:, 1] * (p[:, 1] / den) + 0.5 * res[:, 1]], axis=1)
+
+
 def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
     """Values (k, dim) of the sensors `ids`, all of type `typ`."""
     dt = d.qpos.dtype
@@ -556,6 +576,8 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
         return jnp.broadcast_to(d.time.astype(dt), (k, 1))
     if typ == S.INSIDESITE:
         return col(_inside_site(m, d, objtype, objid, _np(m.sensor_refid)[ids]))
+    if typ == S.CAMPROJECTION:
+        return _cam_project(m, d, objid, _np(m.sensor_refid)[ids])
 
     # ---- velocity
     if typ in (S.VELOCIMETER, S.GYRO):

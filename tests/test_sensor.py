@@ -25,7 +25,9 @@ _BODIES = '''
   <worldbody>
     <geom name="floor" type="plane" size="3 3 .1"/>
     <site name="wsite" pos="0.3 0.2 0.1" quat="0.9 0.1 0.3 0.2"/>
-    <camera name="wcam" pos="1 1 1" xyaxes="1 0 0 0 1 1"/>
+    <camera name="wcam" pos="1 1 1" xyaxes="1 0 0 0 1 1" resolution="320 240"/>
+    <camera name="pix" pos="0 -2 1" xyaxes="1 0 0 0 .4 1" resolution="640 480"
+            sensorsize=".01 .008" focal=".012 .011"/>
     <body name="b1" pos="0 0 1.2" quat="0.9 0.2 0.1 0.3">
       <joint name="h1" type="hinge" axis="0 1 1" range="-0.4 0.5" stiffness="2" damping="0.1"/>
       <geom name="g1" type="capsule" size=".05 .2" pos=".1 0 0" euler="10 20 30"/>
@@ -106,6 +108,7 @@ MODELS = {
       <framezaxis objtype="site" objname="wsite"/>
       <subtreecom body="b2"/><subtreecom body="world"/><magnetometer site="s2"/>
       <magnetometer site="wsite"/>
+      <camprojection site="s3" camera="wcam"/><camprojection site="sf" camera="pix"/>
       <velocimeter site="s2"/><velocimeter site="wsite"/><gyro site="s3"/><gyro site="sf"/>
       <framelinvel objtype="site" objname="s3"/><framelinvel objtype="body" objname="b2" reftype="site" refname="sf"/>
       <framelinvel objtype="geom" objname="g1" reftype="xbody" refname="b3"/>
@@ -226,9 +229,8 @@ def test_sensordata_matches_mujoco(name):
         assert nonzero[m.sensor_adr[inside]].any() and not nonzero[m.sensor_adr[inside]].all()
 
 
-_UNCOMPUTED = ['<rangefinder site="s"/>', '<camprojection site="s" camera="c"/>',
-               '<contact geom1="g"/>', '<distance geom1="g" geom2="w"/>',
-               '<user dim="2"/>',
+_UNCOMPUTED = ['<rangefinder site="s"/>', '<contact geom1="g"/>',
+               '<distance geom1="g" geom2="w"/>', '<user dim="2"/>',
                '<jointpos joint="h" nsample="3" delay="0.01"/>']
 _SMALL = '''<mujoco><option>{option}</option><worldbody><geom name="w" size=".1"/>
   <camera name="c" pos="0 0 2" resolution="10 10"/>

@@ -828,7 +828,7 @@ def _compile_cameras(ctx: Ctx, citems) -> dict:
             raise a.error("fovy too large in camera", "fovy")
         C["ipd"][k] = a["ipd"]
         ss = np.asarray(a["sensorsize"], float) if "sensorsize" in a else np.zeros(2)
-        C["sensorsize"][k] = ss
+        C["sensorsize"][k] = ss.astype(np.float32)  # float in mjModel
         if ss[0] > 0 and ss[1] > 0:
             res = np.asarray(a["resolution"], float)
             dens = np.asarray(res / ss, dtype=np.float32)
@@ -838,10 +838,10 @@ def _compile_cameras(ctx: Ctx, citems) -> dict:
             pp = np.asarray(a["principalpixel"], float) if "principalpixel" in a else np.zeros(2)
             intr = [fp[0] / dens[0] if fp[0] else fl[0], fp[1] / dens[1] if fp[1] else fl[1],
                     pp[0] / dens[0] if pp[0] else pl[0], pp[1] / dens[1] if pp[1] else pl[1]]
-            C["intrinsic"][k] = intr
+            C["intrinsic"][k] = np.asarray(intr, np.float32)  # float in mjModel
             fovy = math.atan2(ss[1] / 2, intr[1]) * 360.0 / math.pi
         else:
-            C["intrinsic"][k, :2] = ctx.visual_znear
+            C["intrinsic"][k, :2] = np.float32(ctx.visual_znear)
         C["fovy"][k] = fovy
         C["el"].append(el)
         _user(ctx, a, "user", C["user"])
