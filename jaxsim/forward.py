@@ -130,10 +130,19 @@ def reset_where(m: Model, d: State, bad: jax.Array, warning: int) -> State:
 
 
 def check_pos_vel(m: Model, d: State) -> State:
-    """mj_checkPos then mj_checkVel: reset a world whose qpos or qvel is bad."""
-    bad_pos = _is_bad(d.qpos)
-    d = reset_where(m, d, bad_pos, Warning.BADQPOS)
-    return reset_where(m, d, _is_bad(d.qvel), Warning.BADQVEL)
+    """mj_checkPos then mj_checkVel: reset a world whose qpos or qvel is bad.
+
+    One selection over the state: after a qpos reset the velocity check passes, so a
+    world counts BADQPOS if its qpos is bad and BADQVEL if only its qvel is.
+    """
+    bad_pos, bad_vel = _is_bad(d.qpos), _is_bad(d.qvel)
+    if m.opt.disableflags & DisableBit.AUTORESET:
+        w = d.warning.dtype
+        return d.replace(warning=d.warning.at[Warning.BADQPOS].add(bad_pos.astype(w))
+                         .at[Warning.BADQVEL].add(bad_vel.astype(w)))
+    d = reset_where(m, d, bad_pos | bad_vel, Warning.BADQPOS)
+    only_vel = jnp.zeros_like(d.warning).at[Warning.BADQVEL].set(1)
+    return d.replace(warning=jnp.where(bad_vel & ~bad_pos, only_vel, d.warning))
 
 
 def check_acc(m: Model, d: State) -> State:
@@ -157,14 +166,9 @@ def acc_sensors(m: Model, d: State) -> State:
     return _sensor.sensor_acc(m, d)
 
 
-def forward_skip(m: Model, d: State, skipstage: int = Stage.NONE,
-                 skipsensor: bool = False) -> State:
-    """Forward dynamics, skipping the stages up to `skipstage`. MuJoCo: mj_forwardSkip.
-
-    skipstage (static): Stage.NONE runs everything, Stage.POS reuses the position stage
-    already in `d`, Stage.VEL also the velocity stage. With `skipsensor` no sensor is
-    computed (sensordata keeps its values).
-    """
+def pos_vel_stages(m: Model, d: State, skipstage: int, skipsensor: bool) -> State:
+    """The position and velocity stages (and their sensors) not skipped by `skipstage`,
+    shared by forward_skip and inverse_skip."""
     if skipstage < Stage.POS:
         d = fwd_position(m, d)
         if not skipsensor:
@@ -173,6 +177,18 @@ def forward_skip(m: Model, d: State, skipstage: int = Stage.NONE,
         d = fwd_velocity(m, d)
         if not skipsensor:
             d = _sensor.sensor_vel(m, d)
+    return d
+
+
+def forward_skip(m: Model, d: State, skipstage: int = Stage.NONE,
+                 skipsensor: bool = False) -> State:
+    """Forward dynamics, skipping the stages up to `skipstage`. MuJoCo: mj_forwardSkip.
+
+    skipstage (static): Stage.NONE runs everything, Stage.POS reuses the position stage
+    already in `d`, Stage.VEL also the velocity stage. With `skipsensor` no sensor is
+    computed (sensordata keeps its values).
+    """
+    d = pos_vel_stages(m, d, skipstage, skipsensor)
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
     d = fwd_constraint(m, d)

@@ -13,9 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import constraint as _constraint
-from jaxsim import sensor as _sensor
 from jaxsim import solver as _solver
-from jaxsim.forward import acc_sensors, fwd_position, fwd_velocity
+from jaxsim.forward import acc_sensors, pos_vel_stages
 from jaxsim.types import Cone, EnableBit, Model, Stage, State
 
 
@@ -55,14 +54,7 @@ def inverse_skip(m: Model, d: State, skipstage: int = Stage.NONE,
     if m.opt.enableflags & EnableBit.INVDISCRETE:
         raise NotImplementedError("<flag invdiscrete> (discrete-time inverse dynamics) is not "
                                   "supported by jaxsim yet")
-    if skipstage < Stage.POS:
-        d = fwd_position(m, d)
-        if not skipsensor:
-            d = _sensor.sensor_pos(m, d)
-    if skipstage < Stage.VEL:
-        d = fwd_velocity(m, d)
-        if not skipsensor:
-            d = _sensor.sensor_vel(m, d)
+    d = pos_vel_stages(m, d, skipstage, skipsensor)
     d = inv_constraint(m, d)
     if not skipsensor:
         d = acc_sensors(m, d)
