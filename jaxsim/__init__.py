@@ -25,6 +25,27 @@ from jaxsim.types import (
     State,
     TrnType,
 )
+from jaxsim.util import (
+    StateBit,
+    contact_force,
+    differentiate_pos,
+    get_state,
+    integrate_pos,
+    jac,
+    jac_body,
+    jac_body_com,
+    jac_dot,
+    jac_geom,
+    jac_point_axis,
+    jac_site,
+    jac_subtree_com,
+    object_acceleration,
+    object_velocity,
+    reset,
+    set_state,
+    state_size,
+    transition_jacobians,
+)
 
 
 def set_const(model):
@@ -38,5 +59,10 @@ __all__ = [
     "BiasType", "Cone", "Contact", "DisableBit", "DynType", "EnableBit", "GainType", "GeomType",
     "Integrator", "JointType", "MJCFError", "Model", "ObjType", "Option", "SensorType", "Solver",
     "State", "TrnType", "forward", "inverse", "load", "load_string", "make_state", "rollout", "rollout_batch", "set_const", "step", "step1", "step2",
+    # state utilities (jaxsim.util)
+    "StateBit", "contact_force", "differentiate_pos", "get_state", "integrate_pos", "jac",
+    "jac_body", "jac_body_com", "jac_dot", "jac_geom", "jac_point_axis", "jac_site",
+    "jac_subtree_com", "object_acceleration", "object_velocity", "reset", "set_state",
+    "state_size", "transition_jacobians",
 ]
 __version__ = "0.1.0"

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, scan
+from jaxsim.sensor_contact import contact_sensors, inside
 from jaxsim.types import (
     DataType,
     DisableBit,
@@ -47,7 +48,9 @@ VEL_TYPES = frozenset({
 ACC_TYPES = frozenset({
     S.TOUCH, S.ACCELEROMETER, S.FORCE, S.TORQUE, S.ACTUATORFRC, S.JOINTACTFRC,
     S.TENDONACTFRC, S.JOINTLIMITFRC, S.TENDONLIMITFRC, S.FRAMELINACC, S.FRAMEANGACC})
-SUPPORTED = POS_TYPES | VEL_TYPES | ACC_TYPES
+# computed in the stage `sensor_needstage` names (position, or acceleration with forces)
+ANY_STAGE_TYPES = frozenset({S.CONTACT})
+SUPPORTED = POS_TYPES | VEL_TYPES | ACC_TYPES | ANY_STAGE_TYPES
 # acceleration-stage types that read cacc / cfrc_int (MuJoCo calls mj_rnePostConstraint)
 RNE_POST_TYPES = frozenset({S.ACCELEROMETER, S.FORCE, S.TORQUE, S.FRAMELINACC, S.FRAMEANGACC})
 
@@ -485,28 +488,7 @@ def _inside_site(m: Model, d: State, objtype: np.ndarray, objid: np.ndarray,
         use = (jnp.asarray(body) & (m.body_mass[objid] < MINVAL)
                & (m.body_subtreemass[objid] >= MINVAL))
         xpos = jnp.where(use[:, None], d.subtree_com[objid], xpos)
-    vec = xpos - d.site_xpos[site]
-    loc = jnp.einsum("kji,kj->ki", d.site_xmat[site], vec)
-    size = m.site_size[site]
-    stype = _np(m.site_type)[site]
-    x2, y2 = loc[:, 0] ** 2, loc[:, 1] ** 2
-    r2 = size[:, 0] ** 2
-    zc = loc[:, 2] - jnp.clip(loc[:, 2], -size[:, 1], size[:, 1])
-    safe = jnp.where(size == 0, 1.0, size)
-    tests = {
-        GeomType.SPHERE: jnp.sum(vec * vec, axis=1) < r2,
-        GeomType.CAPSULE: x2 + y2 + zc * zc < r2,
-        GeomType.ELLIPSOID: jnp.sum((loc / safe) ** 2, axis=1) < 1,
-        GeomType.CYLINDER: (jnp.abs(loc[:, 2]) < size[:, 1]) & (x2 + y2 < r2),
-        GeomType.BOX: jnp.all(jnp.abs(loc) < size, axis=1),
-        GeomType.PLANE: loc[:, 2] < 0,
-    }
-    out = jnp.zeros(len(site), bool)
-    for t, val in tests.items():
-        sel = stype == t
-        if sel.any():
-            out = jnp.where(jnp.asarray(sel), val, out)
-    return out.astype(d.qpos.dtype)
+    return inside(m, d, site, xpos).astype(d.qpos.dtype)
 
 
 def _cam_project(m: Model, d: State, site: np.ndarray, cam: np.ndarray) -> jax.Array:
@@ -645,12 +627,14 @@ def _cutoff(m: Model, ids: np.ndarray, val: jax.Array) -> jax.Array:
     return jnp.where(on, clipped, val)
 
 
-def _stage(m: Model, d: State, types: frozenset, stage: int) -> State:
+def _stage(m: Model, d: State, stage: int) -> State:
+    """Computes the sensors whose `sensor_needstage` is `stage`."""
     if not m.nsensor or m.opt.disableflags & DisableBit.SENSOR:
         return d
     bad = [i for i, _ in unsupported(m)]
-    nan_ids = [i for i in bad if _np(m.sensor_needstage)[i] == stage]
-    groups = [(t, ids[~np.isin(ids, bad)]) for t, ids in _groups(m, types)]
+    here = np.nonzero(_np(m.sensor_needstage) == stage)[0]
+    nan_ids = [i for i in bad if i in here]
+    groups = [(t, ids[~np.isin(ids, bad) & np.isin(ids, here)]) for t, ids in _groups(m, SUPPORTED)]
     groups = [(t, ids) for t, ids in groups if len(ids)]
     if not groups and not nan_ids:
         return d
@@ -660,6 +644,10 @@ def _stage(m: Model, d: State, types: frozenset, stage: int) -> State:
         slots = np.concatenate([adr[i] + np.arange(dim[i]) for i in nan_ids])
         data = data.at[slots].set(jnp.nan)
     for typ, ids in groups:
+        if typ == S.CONTACT:  # one array per sensor (their sizes differ); no cutoff
+            for i, val in zip(ids, contact_sensors(m, d, ids), strict=True):
+                data = data.at[adr[i] + np.arange(dim[i])].set(val.astype(data.dtype))
+            continue
         val = _cutoff(m, ids, _compute(m, d, typ, ids).astype(data.dtype))
         n = int(dim[ids[0]])
         data = data.at[adr[ids][:, None] + np.arange(n)].set(val.reshape(len(ids), n))
@@ -668,12 +656,12 @@ def _stage(m: Model, d: State, types: frozenset, stage: int) -> State:
 
 def sensor_pos(m: Model, d: State) -> State:
     """Position-dependent sensors. MuJoCo: mj_sensorPos."""
-    return _stage(m, d, POS_TYPES, Stage.POS)
+    return _stage(m, d, Stage.POS)
 
 
 def sensor_vel(m: Model, d: State) -> State:
     """Velocity-dependent sensors. MuJoCo: mj_sensorVel."""
-    return _stage(m, d, VEL_TYPES, Stage.VEL)
+    return _stage(m, d, Stage.VEL)
 
 
 def sensor_acc(m: Model, d: State) -> State:
@@ -682,7 +670,7 @@ def sensor_acc(m: Model, d: State) -> State:
     Needs cacc / cfrc_int (rne_post_constraint) when an accelerometer, force, torque or
     frame acceleration sensor is present; see `needs_rne_post`.
     """
-    return _stage(m, d, ACC_TYPES, Stage.ACC)
+    return _stage(m, d, Stage.ACC)
 
 
 def needs_rne_post(m: Model) -> bool:

@@ -206,6 +206,14 @@ def _check(c, ours, where):
     for r in ref:
         e = min(abs(o["dist"] - r["dist"]) for o in mine)
         assert e < 1e-6, f"{where}: dist error {e:.2g}"
+    if c["tag"] == "coincident" and len(ref) == 1:
+        # coincident centres of centrally symmetric shapes: the depth along n and along -n
+        # tie, and which EPA face wins is decided by rounding (it has varied between CPUs);
+        # the mirrored contact (about the common centre) is the same answer
+        r = ref[0]
+        mirror = dict(r, pos=2 * c["g1"].pos - r["pos"], frame=-np.asarray(r["frame"]))
+        if np.abs(mine[0]["pos"] - mirror["pos"]).max() < tol:
+            ref = [mirror]
     assert_same_contacts(ours, ref, tol=tol, frame_tol=ftol)
     return None
 

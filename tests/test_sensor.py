@@ -160,6 +160,17 @@ _CONTACT = '''
     <insidesite site="armsite" objtype="site" objname="top"/>
     <insidesite site="top" objtype="body" objname="ball"/>
     <insidesite site="zs" objtype="body" objname="ball"/>
+    <contact num="3" data="found force torque dist pos normal tangent"/>
+    <contact body1="box" num="2" data="found force normal"/>
+    <contact subtree1="box" geom2="floor" num="2" data="force torque pos"/>
+    <contact body2="ball" num="2" data="found force tangent" reduce="maxforce"/>
+    <contact geom1="floor" num="4" data="dist pos" reduce="mindist"/>
+    <contact site="zs" data="found dist normal"/>
+    <contact site="ballzone" geom2="floor" data="found force"/>
+    <contact geom1="gs" body2="world" data="found normal"/>
+    <contact body1="ball" subtree2="world" data="found force torque dist pos normal tangent"
+             reduce="netforce"/>
+    <contact body1="box" data="found force torque pos" reduce="netforce" num="2"/>
   </sensor>
 </mujoco>'''
 for _cone, _dim in (("pyramidal", 3), ("elliptic", 4), ("pyramidal", 1)):
@@ -227,9 +238,12 @@ def test_sensordata_matches_mujoco(name):
                   if m.sensor_type[i] == mujoco.mjtSensor.mjSENS_INSIDESITE]
         # some sites hold their object, some do not (over the states)
         assert nonzero[m.sensor_adr[inside]].any() and not nonzero[m.sensor_adr[inside]].all()
+        contact = [i for i in range(m.nsensor)
+                   if m.sensor_type[i] == mujoco.mjtSensor.mjSENS_CONTACT]
+        assert nonzero[m.sensor_adr[contact]].all(), "a contact sensor found nothing"
 
 
-_UNCOMPUTED = ['<rangefinder site="s"/>', '<contact geom1="g"/>',
+_UNCOMPUTED = ['<rangefinder site="s"/>',
                '<distance geom1="g" geom2="w"/>', '<user dim="2"/>',
                '<jointpos joint="h" nsample="3" delay="0.01"/>']
 _SMALL = '''<mujoco><option>{option}</option><worldbody><geom name="w" size=".1"/>

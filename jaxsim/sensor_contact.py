@@ -1,0 +1,208 @@
+"""Contact sensors (MuJoCo: mjSENS_CONTACT in engine_sensor.c).
+
+A contact sensor reports, for the contacts that match its two object specs (geom, body,
+subtree, site zone, or anything), up to `num` slots of the fields named in its data spec
+(found, force, torque, dist, pos, normal, tangent), in contact order, or sorted by
+distance or by force, or one net wrench about the force-weighted centroid.
+
+Every contact slot of the fixed buffer is tested at once: matching is a vectorised test
+against static per-sensor tables (subtree membership), and the slot selection is a
+cumulative count (unsorted) or a stable sort (sorted reductions; ties go to the earlier
+contact, as MuJoCo's partial sort with the contact index as second key). The buffer keeps
+MuJoCo's contact order (collision/driver.py), so "first `num` contacts" agree.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsim import math
+from jaxsim.types import GeomType, Model, ObjType, State
+
+MINVAL = 1e-15
+_SIZES = (1, 3, 3, 1, 3, 3, 3)  # found, force, torque, dist, pos, normal, tangent
+FOUND, FORCE, TORQUE, DIST, POS, NORMAL, TANGENT = range(7)
+NONE, MINDIST, MAXFORCE, NETFORCE = range(4)
+
+
+def _np(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def inside(m: Model, d: State, site: np.ndarray, point: jax.Array) -> jax.Array:
+    """Whether global points (k, ..., 3) lie inside sites' volumes (mju_insideGeom), where
+    `site` (k,) is static; the leading axis of `point` runs over the sites."""
+    site = _np(site)
+    extra = (1,) * (point.ndim - 2)
+    spos = d.site_xpos[site].reshape((len(site),) + extra + (3,))
+    smat = d.site_xmat[site].reshape((len(site),) + extra + (3, 3))
+    size = m.site_size[site].reshape((len(site),) + extra + (3,))
+    vec = point - spos
+    loc = jnp.einsum("...ji,...j->...i", smat, vec)
+    x2, y2 = loc[..., 0] ** 2, loc[..., 1] ** 2
+    r2 = size[..., 0] ** 2
+    zc = loc[..., 2] - jnp.clip(loc[..., 2], -size[..., 1], size[..., 1])
+    safe = jnp.where(size == 0, 1.0, size)
+    tests = {
+        GeomType.SPHERE: lambda: jnp.sum(vec * vec, axis=-1) < r2,
+        GeomType.CAPSULE: lambda: x2 + y2 + zc * zc < r2,
+        GeomType.ELLIPSOID: lambda: jnp.sum((loc / safe) ** 2, axis=-1) < 1,
+        GeomType.CYLINDER: lambda: (jnp.abs(loc[..., 2]) < size[..., 1]) & (x2 + y2 < r2),
+        GeomType.BOX: lambda: jnp.all(jnp.abs(loc) < size, axis=-1),
+        GeomType.PLANE: lambda: loc[..., 2] < 0,
+    }
+    stype = _np(m.site_type)[site]
+    out = jnp.zeros(loc.shape[:-1], bool)
+    for t in dict.fromkeys(stype.tolist()):
+        if t not in tests:
+            raise NotImplementedError(f"inside test for {GeomType(t).name.lower()} sites")
+        sel = jnp.asarray(stype == t).reshape((len(site),) + extra)
+        out = jnp.where(sel, tests[t](), out)
+    return out
+
+
+def _subtree_table(m: Model) -> np.ndarray:
+    """(nbody, nbody) bool: [a, b] true where body b lies in the subtree of body a."""
+    parent = _np(m.body_parentid)
+    nb = len(parent)
+    table = np.eye(nb, dtype=bool)
+    for b in range(1, nb):  # parents precede children
+        table[:, b] |= table[:, parent[b]]
+    return table
+
+
+def _object_match(m: Model, objtype: int, objid: int, body, geom, table):
+    """checkMatch: whether the contact side (body, geom) matches the sensor object."""
+    if objtype in (ObjType.UNKNOWN, ObjType.SITE):
+        return jnp.ones(body.shape, bool)
+    if objtype == ObjType.GEOM:
+        return geom == objid
+    if objtype == ObjType.BODY:
+        return body == objid
+    if objtype == ObjType.XBODY:
+        return jnp.asarray(table[objid])[body]
+    raise ValueError(f"contact sensor object type {objtype}")
+
+
+def match(m: Model, d: State, sensor: int, table: np.ndarray) -> jax.Array:
+    """matchContact for every slot: 0 no match, 1 match, -1 match with the normal flipped."""
+    c = d.contact
+    t1, id1 = int(m.sensor_objtype[sensor]), int(m.sensor_objid[sensor])
+    t2, id2 = int(m.sensor_reftype[sensor]), int(m.sensor_refid[sensor])
+    n = c.dist.shape[0]
+    if t1 == ObjType.UNKNOWN and t2 == ObjType.UNKNOWN:
+        return jnp.ones(n, jnp.int32)
+    g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
+    gb = jnp.asarray(_np(m.geom_bodyid))
+    b1, b2 = gb[g[:, 0]], gb[g[:, 1]]
+    m11 = _object_match(m, t1, id1, b1, g[:, 0], table)
+    m12 = _object_match(m, t1, id1, b2, g[:, 1], table)
+    m21 = _object_match(m, t2, id2, b1, g[:, 0], table)
+    m22 = _object_match(m, t2, id2, b2, g[:, 1], table)
+    ok = (m11 | m12) & (m21 | m22)
+    if t1 == ObjType.SITE:
+        ok &= inside(m, d, np.array([id1]), c.pos[None])[0]
+    if t1 != ObjType.UNKNOWN and t2 != ObjType.UNKNOWN:
+        regular, reverse = m11 & m22, m12 & m21
+        res = jnp.where(regular, 1, jnp.where(reverse, -1, 0))
+    elif t1 != ObjType.UNKNOWN:
+        res = jnp.where(m11, 1, -1)
+    else:
+        res = jnp.where(m22, 1, -1)
+    return jnp.where(ok, res, 0).astype(jnp.int32)
+
+
+def _fields(spec: int) -> list[int]:
+    return [j for j in range(7) if spec & (1 << j)]
+
+
+def _per_contact(d: State, spec: int, flip: jax.Array, nfound: jax.Array,
+                 force: jax.Array) -> jax.Array:
+    """copySensorData for every slot: (ncon, slot size)."""
+    c = d.contact
+    dt = c.dist.dtype
+    n = c.dist.shape[0]
+    sign = jnp.where(flip, -1.0, 1.0).astype(dt)[:, None]
+    zflip = jnp.concatenate([jnp.ones((n, 2), dt), sign], axis=1)
+    cols = []
+    for j in _fields(spec):
+        if j == FOUND:
+            cols.append(jnp.broadcast_to(nfound.astype(dt), (n, 1)))
+        elif j == FORCE:
+            cols.append(force[:, :3] * zflip)
+        elif j == TORQUE:
+            cols.append(force[:, 3:] * zflip)
+        elif j == DIST:
+            cols.append(c.dist[:, None])
+        elif j == POS:
+            cols.append(c.pos)
+        elif j == NORMAL:
+            cols.append(c.frame[:, 0] * sign)
+        else:
+            cols.append(c.frame[:, 1] * sign)
+    return jnp.concatenate(cols, axis=1)
+
+
+def _net(d: State, spec: int, matched, flip, nfound, force) -> jax.Array:
+    """The netforce reduction: total wrench about the force-weighted contact centroid."""
+    c = d.contact
+    dt = c.dist.dtype
+    w = jnp.where((matched & flip)[:, None], -force, force)
+    w = jnp.where(matched[:, None], w, 0.0)
+    weight = math.norm(w[:, :3])
+    point = jnp.sum(weight[:, None] * c.pos, 0) / jnp.maximum(jnp.sum(weight), MINVAL)
+    f = jnp.einsum("cji,cj->ci", c.frame, w[:, :3])
+    t = jnp.einsum("cji,cj->ci", c.frame, w[:, 3:]) + jnp.cross(c.pos - point, f)
+    f = jnp.where(matched[:, None], f, 0.0)
+    t = jnp.where(matched[:, None], t, 0.0)
+    unit = jnp.eye(3, dtype=dt)
+    val = {FOUND: nfound.astype(dt)[None], FORCE: jnp.sum(f, 0), TORQUE: jnp.sum(t, 0),
+           DIST: jnp.zeros(1, dt), POS: point, NORMAL: unit[0], TANGENT: unit[1]}
+    return jnp.concatenate([val[j] for j in _fields(spec)])
+
+
+def contact_sensor(m: Model, d: State, sensor: int, force: jax.Array,
+                   table: np.ndarray) -> jax.Array:
+    """Sensor data (dim,) of one contact sensor; `force` is rne.contact_force (ncon, 6)."""
+    spec, reduce, num = (int(x) for x in np.asarray(m.sensor_intprm).reshape(-1, 3)[sensor])
+    dim = int(m.sensor_dim[sensor])
+    size = dim // num
+    dt = d.qpos.dtype
+    c = d.contact
+    n = c.dist.shape[0]
+    if n == 0:
+        return jnp.zeros(dim, dt)
+    res = match(m, d, sensor, table)
+    matched = c.active & (res != 0)
+    flip = res < 0
+    nfound = jnp.sum(matched)
+    if reduce == NETFORCE:
+        # MuJoCo 4.0 leaves the sensor zero when nothing matches
+        slot0 = jnp.where(nfound > 0, _net(d, spec, matched, flip, nfound, force), 0.0)
+        return jnp.concatenate([slot0, jnp.zeros(dim - size, dt)])
+    vals = _per_contact(d, spec, flip, nfound, force)
+    if reduce == NONE:
+        rank = jnp.cumsum(matched) - 1
+        key = jnp.where(matched, rank, n).astype(dt)
+    else:
+        crit = c.dist if reduce == MINDIST else -jnp.sum(force[:, :3] ** 2, -1)
+        key = jnp.where(matched, crit, jnp.inf)
+    order = jnp.argsort(key, stable=True)
+    k = min(num, n)
+    rows = jnp.where((jnp.arange(k) < nfound)[:, None], vals[order[:k]], 0.0)
+    out = rows.reshape(-1)
+    return jnp.concatenate([out, jnp.zeros(dim - out.shape[0], dt)])
+
+
+def contact_sensors(m: Model, d: State, ids: np.ndarray) -> list[jax.Array]:
+    """Data of the contact sensors `ids`, one array per sensor."""
+    from jaxsim.rne import contact_force
+
+    table = _subtree_table(m)
+    force = contact_force(m, d)
+    return [contact_sensor(m, d, int(i), force, table) for i in ids]
+
+
+__all__ = ["contact_sensor", "contact_sensors", "inside", "match"]
