@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, scan
-from jaxsim.sensor_contact import contact_sensors, inside
+from jaxsim.sensor_contact import contact_sensors, distance_sensor, inside
 from jaxsim.types import (
     DataType,
     DisableBit,
@@ -40,7 +40,8 @@ MINVAL = 1e-15  # mjMINVAL
 POS_TYPES = frozenset({
     S.MAGNETOMETER, S.JOINTPOS, S.TENDONPOS, S.ACTUATORPOS, S.BALLQUAT, S.JOINTLIMITPOS,
     S.TENDONLIMITPOS, S.FRAMEPOS, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMEQUAT,
-    S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE, S.CAMPROJECTION})
+    S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE, S.CAMPROJECTION,
+    S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO})
 VEL_TYPES = frozenset({
     S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
     S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
@@ -560,6 +561,8 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
         return col(_inside_site(m, d, objtype, objid, _np(m.sensor_refid)[ids]))
     if typ == S.CAMPROJECTION:
         return _cam_project(m, d, objid, _np(m.sensor_refid)[ids])
+    if typ in (S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO):
+        return jnp.stack([distance_sensor(m, d, int(i)) for i in ids])
 
     # ---- velocity
     if typ in (S.VELOCIMETER, S.GYRO):
@@ -617,7 +620,9 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
 def _cutoff(m: Model, ids: np.ndarray, val: jax.Array) -> jax.Array:
     """MuJoCo's apply_cutoff: clamp real data to [-cutoff, cutoff], positive data above."""
     dtype = _np(m.sensor_datatype)[ids]
-    real, pos = dtype == DataType.REAL, dtype == DataType.POSITIVE
+    # the cutoff of a fromto sensor bounds its search, not its values
+    real = (dtype == DataType.REAL) & (_np(m.sensor_type)[ids] != S.GEOMFROMTO)
+    pos = dtype == DataType.POSITIVE
     if not (real.any() or pos.any()):
         return val
     c = m.sensor_cutoff[ids][:, None]

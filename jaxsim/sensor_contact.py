@@ -1,4 +1,5 @@
-"""Contact sensors (MuJoCo: mjSENS_CONTACT in engine_sensor.c).
+"""Sensors built on collision: contact sensors and geom distance sensors (MuJoCo:
+mjSENS_CONTACT, mjSENS_GEOMDIST / GEOMNORMAL / GEOMFROMTO in engine_sensor.c).
 
 A contact sensor reports, for the contacts that match its two object specs (geom, body,
 subtree, site zone, or anything), up to `num` slots of the fields named in its data spec
@@ -205,4 +206,41 @@ def contact_sensors(m: Model, d: State, ids: np.ndarray) -> list[jax.Array]:
     return [contact_sensor(m, d, int(i), force, table) for i in ids]
 
 
-__all__ = ["contact_sensor", "contact_sensors", "inside", "match"]
+def _geoms_of(m: Model, objtype: int, objid: int) -> range:
+    if objtype == ObjType.BODY:
+        adr, num = int(m.body_geomadr[objid]), int(m.body_geomnum[objid])
+        return range(adr, adr + max(num, 0))
+    return range(objid, objid + 1)
+
+
+def distance_sensor(m: Model, d: State, sensor: int) -> jax.Array:
+    """geomdist (1,), geomnormal (3,) or geomfromto (6,): the smallest distance over the
+    geom pairs of the two objects (geoms or bodies), below the sensor's cutoff."""
+    from jaxsim.collision.distance import geom_distances
+    from jaxsim.types import SensorType
+
+    dt = d.qpos.dtype
+    cutoff = m.sensor_cutoff[sensor].astype(dt)
+    g1 = _geoms_of(m, int(m.sensor_objtype[sensor]), int(m.sensor_objid[sensor]))
+    g2 = _geoms_of(m, int(m.sensor_reftype[sensor]), int(m.sensor_refid[sensor]))
+    dist, fromto = cutoff, jnp.zeros(6, dt)
+    if len(g1) and len(g2):
+        a, b = (x.reshape(-1) for x in np.meshgrid(np.array(g1), np.array(g2), indexing="ij"))
+        dists, fromtos = geom_distances(m, d, a, b, cutoff)
+        i = jnp.argmin(dists)  # the first of equal minima, as MuJoCo's strict comparison
+        # a distance within rounding of the cutoff counts as reaching it: which side an
+        # exact tie falls on is decided by the last bits of the GJK iterates, and the exact
+        # distance is not below the cutoff
+        found = dists[i] < cutoff - 8 * jnp.finfo(dt).eps * cutoff
+        dist = jnp.where(found, dists[i], cutoff)
+        fromto = jnp.where(found, fromtos[i], 0.0)
+    typ = int(m.sensor_type[sensor])
+    if typ == SensorType.GEOMDIST:
+        return dist[None]
+    if typ == SensorType.GEOMNORMAL:
+        vec = fromto[3:] - fromto[:3]
+        return jnp.where(jnp.any(vec != 0), math.normalize(vec), 0.0)
+    return fromto
+
+
+__all__ = ["contact_sensor", "contact_sensors", "distance_sensor", "inside", "match"]

@@ -119,7 +119,11 @@ MODELS = {
       <accelerometer site="s2"/><accelerometer site="sf"/><accelerometer site="wsite"/>
       <framelinacc objtype="body" objname="b3"/><framelinacc objtype="site" objname="wsite"/>
       <frameangacc objtype="geom" objname="g2"/><frameangacc objtype="camera" objname="c1"/>
-      <force site="s2"/><force site="sf" cutoff="2"/><torque site="s3"/><torque site="s1"/>'''
+      <force site="s2"/><force site="sf" cutoff="2"/><torque site="s3"/><torque site="s1"/>
+      <distance geom1="g1" geom2="gf" cutoff="2"/><normal body1="b1" body2="free" cutoff="3"/>
+      <fromto geom1="g2" geom2="g3" cutoff="1"/><fromto geom1="floor" geom2="g2" cutoff="5"/>
+      <distance geom1="g2" geom2="gf" cutoff="0.5"/><fromto body1="free" body2="b1" cutoff="9"/>
+      <distance body1="b2" body2="b3"/><normal geom1="gf" geom2="floor" cutoff="4"/>'''
       ).replace(_SPATIAL, ''),  # no spatial tendon: force / torque sensors reject them
 }
 
@@ -244,7 +248,7 @@ def test_sensordata_matches_mujoco(name):
 
 
 _UNCOMPUTED = ['<rangefinder site="s"/>',
-               '<distance geom1="g" geom2="w"/>', '<user dim="2"/>',
+               '<user dim="2"/>',
                '<jointpos joint="h" nsample="3" delay="0.01"/>']
 _SMALL = '''<mujoco><option>{option}</option><worldbody><geom name="w" size=".1"/>
   <camera name="c" pos="0 0 2" resolution="10 10"/>

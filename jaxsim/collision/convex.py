@@ -875,8 +875,9 @@ class _CCD(NamedTuple):
     warm: jax.Array
 
 
-def _ccd(pr: _Pair, tol, kmax: int, warm) -> _CCD:
-    """mjc_ccd with no distance cutoff (penetration only)."""
+def _ccd(pr: _Pair, tol, kmax: int, warm, cutoff=0.0) -> _CCD:
+    """mjc_ccd: penetration (EPA), or with `cutoff` > 0 also distances up to it (beyond it
+    `dist` is the largest float)."""
     dt = pr.center1.dtype
     m1, m2 = pr.margin1, pr.margin2
     z = jnp.zeros((), dt)
@@ -885,11 +886,13 @@ def _ccd(pr: _Pair, tol, kmax: int, warm) -> _CCD:
         fm1 = jnp.where(pr.shrink1, pr.radius1 + 0.5 * m1, 0.0)
         fm2 = jnp.where(pr.shrink2, pr.radius2 + 0.5 * m2, 0.0)
         xs = (jnp.array([True, False]), jnp.stack([jnp.where(pr.shrink1, 0.0, m1), m1]),
-              jnp.stack([jnp.where(pr.shrink2, 0.0, m2), m2]), jnp.stack([fm1 + fm2, z]))
+              jnp.stack([jnp.where(pr.shrink2, 0.0, m2), m2]),
+              jnp.stack([cutoff + fm1 + fm2, cutoff + z]))
 
         def rnd(w, x):
             core, a, b, cut = x
-            out = _gjk(pr, core & special, a, b, jnp.where(special, cut, 0.0), tol, kmax, w)
+            cut = jnp.where(special | ~core, cut, 0.0)
+            out = _gjk(pr, core & special, a, b, cut, tol, kmax, w)
             # without a sphere or capsule the first pass does not exist in MuJoCo
             return jnp.where(core & ~special, w, out.warm), out
 
@@ -900,9 +903,9 @@ def _ccd(pr: _Pair, tol, kmax: int, warm) -> _CCD:
         n = _normalize(g0.x2 - g0.x1)
         x1s, x2s = g0.x1 + fm1 * n, g0.x2 - fm2 * n
         ds = g0.dist - (fm1 + fm2)
-        ds = jnp.where(ds > 0, _maxl(dt), ds)
+        ds = jnp.where(ds > cutoff, _maxl(dt), ds)
     else:
-        g = _gjk(pr, jnp.asarray(False), m1, m2, z, tol, kmax, warm)
+        g = _gjk(pr, jnp.asarray(False), m1, m2, cutoff + z, tol, kmax, warm)
     nvmax, nfmax = 5 + kmax, max(6 * kmax, 6)
     discrete = pr.discrete1 & pr.discrete2 & (m1 == 0) & (m2 == 0)
     do_epa = (g.dist <= tol) & (g.nsimplex > 1) & ~g.separated

@@ -40,18 +40,16 @@ def _analytic() -> set:
     return set(primitive.FUNCTIONS) | set(box.FUNCTIONS)
 
 
-def _functions() -> dict:
-    """(type1, type2) -> (fn, K) from every narrow-phase module."""
-    table = {}
-    from jaxsim.collision import primitive
+def _functions(m: Model | None = None) -> dict:
+    """(type1, type2) -> (fn, K) from every narrow-phase module; the convex ones with the
+    model's CCD options (iterations, tolerance, multiccd) when `m` is given."""
+    from jaxsim.collision import box, convex, hfield, primitive
 
+    table = {}
     table.update(primitive.FUNCTIONS)
-    for mod in ("box", "convex", "hfield"):
-        try:
-            module = __import__(f"jaxsim.collision.{mod}", fromlist=["FUNCTIONS"])
-        except ImportError:
-            continue
-        table.update(getattr(module, "FUNCTIONS", {}))
+    table.update(box.FUNCTIONS)
+    table.update(convex.FUNCTIONS if m is None else convex.functions(m.opt))
+    table.update(hfield.FUNCTIONS)
     return table
 
 
@@ -215,7 +213,7 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
     hit = _PLANS.get(key)
     if hit is not None:
         return hit
-    table = _functions()
+    table = _functions(m)
     g1, g2, ip = candidate_pairs(m)
     _check_supported(m, g1, g2, table)
     gtype = _np(m.geom_type)
@@ -460,7 +458,7 @@ def collision(m: Model, d: State, nconmax: int | None = None) -> State:
     dt = d.qpos.dtype
     if p.ncon == 0:
         return d.replace(contact=Contact.zeros(0, dt), ncon=jnp.zeros((), jnp.int32))
-    table = _functions()
+    table = _functions(m)
     parts = [_static_slots(m, d, p, table, dt)]
     over = jnp.zeros((), bool)
     for sw in p.sweeps:
