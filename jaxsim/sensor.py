@@ -41,7 +41,7 @@ POS_TYPES = frozenset({
     S.MAGNETOMETER, S.JOINTPOS, S.TENDONPOS, S.ACTUATORPOS, S.BALLQUAT, S.JOINTLIMITPOS,
     S.TENDONLIMITPOS, S.FRAMEPOS, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMEQUAT,
     S.SUBTREECOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE, S.CAMPROJECTION,
-    S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO})
+    S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO, S.RANGEFINDER})
 VEL_TYPES = frozenset({
     S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
     S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
@@ -51,6 +51,8 @@ ACC_TYPES = frozenset({
     S.TENDONACTFRC, S.JOINTLIMITFRC, S.TENDONLIMITFRC, S.FRAMELINACC, S.FRAMEANGACC})
 # computed in the stage `sensor_needstage` names (position, or acceleration with forces)
 ANY_STAGE_TYPES = frozenset({S.CONTACT})
+# types whose sensors differ in size: computed one sensor at a time
+PER_SENSOR_TYPES = frozenset({S.CONTACT, S.RANGEFINDER})
 SUPPORTED = POS_TYPES | VEL_TYPES | ACC_TYPES | ANY_STAGE_TYPES
 # acceleration-stage types that read cacc / cfrc_int (MuJoCo calls mj_rnePostConstraint)
 RNE_POST_TYPES = frozenset({S.ACCELEROMETER, S.FORCE, S.TORQUE, S.FRAMELINACC, S.FRAMEANGACC})
@@ -617,6 +619,15 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
     raise NotImplementedError(f"{S(typ).name.lower()} sensors are not supported by jaxsim")
 
 
+def _per_sensor(m: Model, d: State, typ: int, i: int) -> jax.Array:
+    """Values (dim,) of one sensor of a type whose sensors differ in size."""
+    if typ == S.RANGEFINDER:
+        from jaxsim.ray import rangefinder
+
+        return rangefinder(m, d, i)
+    raise NotImplementedError(f"{S(typ).name.lower()} sensors are not supported by jaxsim")
+
+
 def _cutoff(m: Model, ids: np.ndarray, val: jax.Array) -> jax.Array:
     """MuJoCo's apply_cutoff: clamp real data to [-cutoff, cutoff], positive data above."""
     dtype = _np(m.sensor_datatype)[ids]
@@ -652,6 +663,12 @@ def _stage(m: Model, d: State, stage: int) -> State:
         if typ == S.CONTACT:  # one array per sensor (their sizes differ); no cutoff
             for i, val in zip(ids, contact_sensors(m, d, ids), strict=True):
                 data = data.at[adr[i] + np.arange(dim[i])].set(val.astype(data.dtype))
+            continue
+        if typ in PER_SENSOR_TYPES:
+            for i in ids:
+                val = _per_sensor(m, d, typ, int(i)).astype(data.dtype)
+                val = _cutoff(m, np.array([i]), val[None])[0]
+                data = data.at[adr[i] + np.arange(dim[i])].set(val)
             continue
         val = _cutoff(m, ids, _compute(m, d, typ, ids).astype(data.dtype))
         n = int(dim[ids[0]])

@@ -830,16 +830,19 @@ def _compile_cameras(ctx: Ctx, citems) -> dict:
         ss = np.asarray(a["sensorsize"], float) if "sensorsize" in a else np.zeros(2)
         C["sensorsize"][k] = ss.astype(np.float32)  # float in mjModel
         if ss[0] > 0 and ss[1] > 0:
-            res = np.asarray(a["resolution"], float)
-            dens = np.asarray(res / ss, dtype=np.float32)
-            fl = np.asarray(a["focal"], float) if "focal" in a else np.zeros(2)
-            fp = np.asarray(a["focalpixel"], float) if "focalpixel" in a else np.zeros(2)
-            pl = np.asarray(a["principal"], float) if "principal" in a else np.zeros(2)
-            pp = np.asarray(a["principalpixel"], float) if "principalpixel" in a else np.zeros(2)
+            # the camera spec holds floats: MuJoCo computes these in single precision
+            f32 = np.float32
+            ss32 = ss.astype(f32)
+            dens = np.asarray(a["resolution"], float).astype(f32) / ss32
+            spec = {key: (np.asarray(a[key], float) if key in a else np.zeros(2)).astype(f32)
+                    for key in ("focal", "focalpixel", "principal", "principalpixel")}
+            fl, fp = spec["focal"], spec["focalpixel"]
+            pl, pp = spec["principal"], spec["principalpixel"]
             intr = [fp[0] / dens[0] if fp[0] else fl[0], fp[1] / dens[1] if fp[1] else fl[1],
                     pp[0] / dens[0] if pp[0] else pl[0], pp[1] / dens[1] if pp[1] else pl[1]]
-            C["intrinsic"][k] = np.asarray(intr, np.float32)  # float in mjModel
-            fovy = math.atan2(ss[1] / 2, intr[1]) * 360.0 / math.pi
+            C["intrinsic"][k] = np.asarray(intr, f32)  # float in mjModel
+            # std::atan2 of two floats is a float
+            fovy = float(np.arctan2(ss32[1] / f32(2), f32(intr[1]))) * 360.0 / math.pi
         else:
             C["intrinsic"][k, :2] = np.float32(ctx.visual_znear)
         C["fovy"][k] = fovy
