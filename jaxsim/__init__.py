@@ -1,9 +1,11 @@
 """jaxsim: MuJoCo's physics as a functional, differentiable, vectorised simulator in JAX."""
 
-from jaxsim.mjcf.compile import load, load_string
-from jaxsim.mjcf.errors import MJCFError
+from jaxsim.collision.distance import geom_distance
 from jaxsim.forward import forward, step, step1, step2
 from jaxsim.inverse import inverse
+from jaxsim.mjcf.compile import load, load_string
+from jaxsim.mjcf.errors import MJCFError
+from jaxsim.raycast import ray
 from jaxsim.rollout import rollout, rollout_batch
 from jaxsim.state import make_state
 from jaxsim.types import (
@@ -64,5 +66,7 @@ __all__ = [
     "jac_body", "jac_body_com", "jac_dot", "jac_geom", "jac_point_axis", "jac_site",
     "jac_subtree_com", "object_acceleration", "object_velocity", "reset", "set_state",
     "state_size", "transition_jacobians",
+    # queries
+    "geom_distance", "ray",
 ]
 __version__ = "0.1.0"

@@ -622,7 +622,7 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
 def _per_sensor(m: Model, d: State, typ: int, i: int) -> jax.Array:
     """Values (dim,) of one sensor of a type whose sensors differ in size."""
     if typ == S.RANGEFINDER:
-        from jaxsim.ray import rangefinder
+        from jaxsim.raycast import rangefinder
 
         return rangefinder(m, d, i)
     raise NotImplementedError(f"{S(typ).name.lower()} sensors are not supported by jaxsim")

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import jaxsim
-from jaxsim import ray as R
+from jaxsim import raycast as R
+
+_FWD = jax.jit(jaxsim.forward)  # shared by the tests: one compilation
 
 _XML = '''
 <mujoco>
@@ -111,10 +113,9 @@ def test_ray_matches_mujoco(models):
 
 def test_rangefinders_match_mujoco(models):
     m, model = models
-    fwd = jax.jit(jaxsim.forward)
     hit = np.zeros(m.nsensordata, bool)
     for d in _states(m):
-        st = fwd(model, jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos)))
+        st = _FWD(model, jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos)))
         ours = np.asarray(st.sensordata)
         np.testing.assert_allclose(ours, d.sensordata, atol=1e-9, rtol=1e-9)
         hit |= d.sensordata > 0
@@ -128,14 +129,41 @@ def test_rangefinders_match_mujoco(models):
 def test_ray_gradient_is_finite(models):
     """d(dist)/d(geom size) through a hit and a miss: finite, non-zero for the hit."""
     m, model = models
-    st = jax.jit(jaxsim.forward)(model, jaxsim.make_state(model))
+    st = _FWD(model, jaxsim.make_state(model))
     sph = [i for i in range(m.ngeom) if m.geom(i).name == "sph"][0]
     pnt = st.geom_xpos[sph] + jnp.array([0.0, 0.0, 2.0])
 
     def f(size, vec):
         return R.ray(model.replace(geom_size=size), st, pnt, vec)[0]
 
-    g_hit = jax.grad(f)(model.geom_size, jnp.array([0.0, 0.0, -1.0]))
-    g_miss = jax.grad(f)(model.geom_size, jnp.array([1.0, 0.0, 0.0]))
+    grad = jax.jit(jax.grad(f))
+    g_hit = grad(model.geom_size, jnp.array([0.0, 0.0, -1.0]))
+    g_miss = grad(model.geom_size, jnp.array([1.0, 0.0, 0.0]))
     assert np.all(np.isfinite(g_hit)) and np.all(np.isfinite(g_miss))
     assert g_hit[sph, 0] == pytest.approx(-1.0, abs=1e-9)
+
+
+def test_geom_distance_matches_mujoco(models):
+    """jaxsim.geom_distance (mj_geomDistance) for every pair of geoms of different bodies:
+    distance and segment, below and beyond distmax, flipped pair orders included."""
+    from jaxsim.collision.distance import geom_distances
+
+    m, model = models
+    names = [("hf", "sph"), ("box", "hf"), ("tet", "sph"), ("cap", "tet"),
+             ("tet", "box"), ("cyl", "ell"), ("floor", "tet"), ("floor", "cyl"),
+             ("ell", "floor"), ("box", "cyl"), ("sph", "cap")]
+    pairs = np.array([(m.geom(a).id, m.geom(b).id) for a, b in names])
+    fn = jax.jit(lambda st, dmax: geom_distances(
+        model, jaxsim.forward(model, st), pairs[:, 0], pairs[:, 1], dmax))
+    found = np.zeros((len(pairs), 2), bool)
+    for d, dmax in zip(_states(m, 2), (0.15, 2.0), strict=True):
+        dist, fromto = fn(jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos)), dmax)
+        for k, (a, b) in enumerate(pairs):
+            ft = np.zeros(6)
+            ref = mujoco.mj_geomDistance(m, d, int(a), int(b), dmax, ft)
+            where = (m.geom(int(a)).name, m.geom(int(b)).name, dmax)
+            assert abs(float(dist[k]) - ref) <= 1e-6 * (1 + abs(ref)), (where, dist[k], ref)
+            np.testing.assert_allclose(np.asarray(fromto[k]), ft, atol=1e-6, err_msg=str(where))
+            found[k, int(dmax > 1)] = ref < dmax
+    # most pairs are measured, and the short distmax cuts some
+    assert found[:, 1].sum() >= len(pairs) - 2 and 0 < found[:, 0].sum() < len(pairs)

@@ -1,4 +1,5 @@
-"""Ray casting (MuJoCo: engine_ray.c): `ray` is mj_ray, the rangefinder's workhorse.
+"""Ray casting (MuJoCo: engine_ray.c): `ray` (exported as `jaxsim.ray`) is mj_ray, the
+rangefinder's workhorse.
 
 A ray pnt + x vec (x >= 0) is intersected with every geom that is not eliminated (the
 excluded body, invisible geoms, static geoms without `flg_static`, geom groups), one
