@@ -6,10 +6,10 @@ gather per sensor type present, never one computation per sensor. The results ar
 scattered into `sensordata` at `sensor_adr`, then `sensor_cutoff` clamps them as
 MuJoCo's apply_cutoff does (both sides for real data, the upper side for positive data).
 
-Sensor types jaxsim does not compute yet (rangefinder, contact, tactile, geomdist /
-normal / fromto, user, plugin) and sensors with a history buffer or
-delay read NaN, in the stage MuJoCo computes them; `load` warns about each
-(UncomputedSensorWarning, sections_sensor.py) and `unsupported` lists them.
+Contact sensors and the geom distance sensors live in sensor_contact.py, rangefinders in
+raycast.py. Sensor types jaxsim does not compute yet (tactile, user, plugin) and sensors
+with a history buffer or delay read NaN, in the stage MuJoCo computes them; `load` warns
+about each (UncomputedSensorWarning, sections_sensor.py) and `unsupported` lists them.
 """
 
 from __future__ import annotations
