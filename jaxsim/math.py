@@ -53,13 +53,18 @@ def normalize_with_norm(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 def normalize_quat(q: jax.Array) -> jax.Array:
     """Unit quaternion; identity below mjMINVAL (mju_normalize4).
 
-    MuJoCo skips the division when |q| is within mjMINVAL of 1; dividing anyway changes the
-    value by at most one rounding error and gives the true derivative of q / |q|.
+    As MuJoCo, q is kept as it is when |q| is within mjMINVAL of 1 (dividing would move it
+    by a rounding error, and exact touches in collisions depend on such bits); the
+    derivative is always that of q / |q|.
     """
     n = norm(q, keepdims=True)
     small = n < MINVAL
     unit = jnp.zeros_like(q).at[..., 0].set(1.0)
-    return jnp.where(small, unit, q / jnp.where(small, 1.0, n))
+    scaled = q / jnp.where(small, 1.0, n)
+    keep = jnp.abs(n - 1) <= MINVAL
+    sg = jax.lax.stop_gradient
+    same = sg(q) + (scaled - sg(scaled))  # the value of q, the slope of q / |q|
+    return jnp.where(small, unit, jnp.where(keep, same, scaled))
 
 
 # ------------------------------------------------------------------------- quaternions

@@ -217,3 +217,30 @@ def test_vmap_and_gradients_are_finite():
 def _ours_traced(model, q):
     st = jaxsim.make_state(model).replace(qpos=q)
     return driver.collision(model, smooth.kinematics(model, st))
+
+
+_RESTING = '''<mujoco><worldbody><geom type="plane" size="5 5 .1"/>
+  <body><joint type="slide" axis="1 0 0"/><joint type="slide" axis="0 1 0"/><joint axis="0 0 1"/>
+    <geom type="sphere" size=".5" pos="0 0 .5"/><geom type="capsule" size=".1 .5" pos="2 0 .1"
+    euler="0 90 0"/><geom type="box" size=".2 .3 .4" pos="0 2 .4"/></body>
+  </worldbody></mujoco>'''
+
+
+def test_exact_touches_as_mujoco():
+    """Geoms resting exactly on a plane while their body turns about the vertical: the
+    touches MuJoCo reports (dist <= 0 in its rounding) are exactly ours (quaternions kept
+    unnormalised within mjMINVAL of unit length, as MuJoCo; no slack on the margin)."""
+    m = mujoco.MjModel.from_xml_string(_RESTING)
+    model = jaxsim.load_string(_RESTING, dtype=jnp.float64)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(1)
+    for _ in range(12):
+        d.qpos[:] = rng.uniform(-3, 3, size=3)
+        mujoco.mj_forward(m, d)
+        out = _ours(model, d.qpos)
+        act = np.asarray(out.contact.active)
+        ours = sorted(zip(np.asarray(out.contact.geom)[act].tolist(),
+                          np.asarray(out.contact.dist)[act].tolist()))
+        ref = sorted(zip(d.contact.geom[:d.ncon].tolist(), d.contact.dist[:d.ncon].tolist()))
+        assert [g for g, _ in ours] == [g for g, _ in ref]
+        np.testing.assert_allclose([x for _, x in ours], [x for _, x in ref], atol=1e-15)

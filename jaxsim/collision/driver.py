@@ -27,7 +27,9 @@ from jaxsim.types import Contact, DisableBit, EnableBit, GeomType, Model, State
 
 MINMU = 1e-5  # MuJoCo's mjMINMU: smallest friction coefficient
 MINVAL = 1e-15  # MuJoCo's mjMINVAL
-TOUCH = 1e-10  # slack on the detection bound (see _narrow)
+# slack on the detection bound of the analytic colliders (see _narrow); zero: with
+# kinematics rounded as MuJoCo's (math.normalize_quat) exact touches agree to the bit
+TOUCH = 0.0
 
 _NAMES = {t.value: t.name.lower() for t in GeomType}
 
@@ -379,10 +381,9 @@ class _Slots(NamedTuple):
 def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt):
     """One vmapped narrow-phase call over a group; results as (p * k,) rows.
 
-    For analytic colliders the callers pass margin + gap + TOUCH as `bound`: geoms that
-    touch up to rounding are reported, as MuJoCo reports exact touches (its own rounding
-    decides them either way; a contact with dist >= margin is excluded from the
-    constraints, so the physics is the same).
+    For analytic colliders the callers pass margin + gap + TOUCH as `bound`; a contact is
+    reported where dist <= margin, as MuJoCo (whose rounding of exact touches ours follows:
+    the sensors that count contacts depend on it).
     """
     ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
     gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
