@@ -2,6 +2,7 @@
 
 from jaxsim.collision.distance import geom_distance
 from jaxsim.forward import forward, step, step1, step2
+from jaxsim.history import init_ctrl_history, init_sensor_history, read_ctrl, read_sensor
 from jaxsim.inverse import inverse
 from jaxsim.mjcf.compile import load, load_string
 from jaxsim.mjcf.errors import MJCFError
@@ -66,6 +67,8 @@ __all__ = [
     "jac_body", "jac_body_com", "jac_dot", "jac_geom", "jac_point_axis", "jac_site",
     "jac_subtree_com", "object_acceleration", "object_velocity", "reset", "set_state",
     "state_size", "transition_jacobians",
+    # history buffers (jaxsim.history)
+    "init_ctrl_history", "init_sensor_history", "read_ctrl", "read_sensor",
     # queries
     "geom_distance", "ray",
 ]

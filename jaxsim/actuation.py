@@ -10,10 +10,11 @@ callback: act_dot = 0); gains fixed / affine / muscle / user (no callback: gain 
 none / affine / muscle / user (no callback: 0); actearly; actlimited; ctrl clamping and
 MuJoCo's reset of all controls when one is bad; forcerange; tendon and joint actuator
 force limits; gravity compensation routed through actuators; opt.disableactuator; the
-rotational set-point wrapping of servos on ball joints and rotational site transmissions.
+rotational set-point wrapping of servos on ball joints and rotational site transmissions;
+delayed controls, read from the history buffer at time - delay (jaxsim.history).
 
 Not supported, raising at trace time: DC-motor and PID actuators, SO(3) actuators
-(several outputs per actuator), delayed controls (history buffers). Callbacks and
+(several outputs per actuator). Callbacks and
 actuator plugins are out of scope.
 """
 
@@ -23,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import math
+from jaxsim import history, math
 from jaxsim.types import (
     BiasType,
     DisableBit,
@@ -147,8 +148,6 @@ def _check_supported(m: Model) -> None:
             fail(i, f"biastype {BiasType(bias[i]).name.lower()}")
         if int(m.actuator_trntype[i]) == TrnType.SO3:
             fail(i, "an SO(3) transmission")
-        if int(m.actuator_history[i, 0]) > 0:
-            fail(i, "a control delay (history buffer)")
         if int(m.actuator_ctrlnum[i]) != 1:
             fail(i, f"{int(m.actuator_ctrlnum[i])} control inputs")
         if int(m.actuator_actnum[i]) > 1:
@@ -249,7 +248,7 @@ def actuation(m: Model, d: State) -> State:
     length, velocity = d.actuator_length, d.actuator_velocity
 
     # controls: clamp, then zero all of them if any is bad
-    ctrl = d.ctrl[uadr]
+    ctrl = history.delayed_ctrl(m, d, d.ctrl)[uadr]
     if not m.opt.disableflags & DisableBit.CLAMPCTRL:
         lim = np.asarray(m.actuator_ctrllimited, bool)
         if lim.any():

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 
-from jaxsim import actuation, math, passive, rne, scan, smooth
+from jaxsim import actuation, history, math, passive, rne, scan, sensor, smooth
 from jaxsim.types import (
     BiasType,
     DisableBit,
@@ -114,19 +114,26 @@ def _next_act(m: Model, d: State, act_dot: jax.Array) -> jax.Array:
     return d.act.at[last].set(nxt)
 
 
+def _advance_history(m: Model, d: State) -> jax.Array:
+    return history.advance(m, d, lambda ids: sensor.compute(m, d, ids))
+
+
 def advance(m: Model, d: State, act_dot: jax.Array, qacc: jax.Array,
-            qvel: jax.Array | None = None) -> State:
+            qvel: jax.Array | None = None, hist: jax.Array | None = None) -> State:
     """Advances act, qvel, qpos and time by one step (mj_advance).
 
     Velocities first; positions then use `qvel` if given, else the new velocity
-    (semi-implicit Euler).
+    (semi-implicit Euler). The history buffers first take this step's controls and sensor
+    values, at the current time (unless `hist` gives them already updated).
     """
     h = m.opt.timestep
+    if hist is None:
+        hist = _advance_history(m, d)
     act = _next_act(m, d, act_dot)
     new_qvel = d.qvel + h * qacc
     qpos = integrate_pos(m, d.qpos, new_qvel if qvel is None else qvel, h)
     return d.replace(act=act, qvel=new_qvel, qpos=qpos, time=d.time + h,
-                     qacc_warmstart=d.qacc)
+                     qacc_warmstart=d.qacc, history=hist)
 
 
 # ------------------------------------------------------------------ velocity derivatives
@@ -386,6 +393,8 @@ def rungekutta4(m: Model, d: State) -> State:
 
     h = m.opt.timestep
     t0, q0, v0, a0 = d.time, d.qpos, d.qvel, d.act
+    # MuJoCo 4.0 samples delayed sensors from the state the step starts from
+    hist = _advance_history(m, d)
     rot = _rot_dofs(m)
     dt = v0.dtype
     # stage velocities (rotations RKMK-corrected), accelerations and act_dot, by stage;
@@ -423,4 +432,4 @@ def rungekutta4(m: Model, d: State) -> State:
 
     dq, dv, da = comb(_RK4_B)
     d = d.replace(time=t0, qpos=q0, qvel=v0, act=a0)
-    return advance(m, d, da, dv, dq)
+    return advance(m, d, da, dv, dq, hist)

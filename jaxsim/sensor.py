@@ -7,9 +7,10 @@ scattered into `sensordata` at `sensor_adr`, then `sensor_cutoff` clamps them as
 MuJoCo's apply_cutoff does (both sides for real data, the upper side for positive data).
 
 Contact sensors and the geom distance sensors live in sensor_contact.py, rangefinders in
-raycast.py. Sensor types jaxsim does not compute yet (tactile, user, plugin) and sensors
-with a history buffer or delay read NaN, in the stage MuJoCo computes them; `load` warns
-about each (UncomputedSensorWarning, sections_sensor.py) and `unsupported` lists them.
+raycast.py. Sensors with a history buffer (delays, sampling intervals) read it through
+jaxsim.history. Sensor types jaxsim does not compute yet (tactile, user, plugin) read NaN,
+in the stage MuJoCo computes them; `load` warns about each (UncomputedSensorWarning,
+sections_sensor.py) and `unsupported` lists them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import math, scan
+from jaxsim import history, math, scan
 from jaxsim.sensor_contact import contact_sensors, distance_sensor, inside
 from jaxsim.types import (
     DataType,
@@ -77,14 +78,10 @@ def _spatial_tendons(m: Model) -> bool:
 def unsupported(m: Model) -> list[tuple[int, str]]:
     """(sensor id, reason) of every sensor jaxsim cannot compute."""
     out = []
-    # a delay needs a history buffer; an interval without one has no effect (as MuJoCo)
-    hist = _np(m.sensor_history).reshape(-1, 2) if m.nsensor else np.zeros((0, 2), np.int64)
     for i, t in enumerate(_np(m.sensor_type)):
         if t not in SUPPORTED:
             name = S(t).name.lower() if t in S._value2member_map_ else str(t)
             out.append((i, f"{name} sensors are not supported by jaxsim"))
-        elif hist[i, 0] > 0:
-            out.append((i, "sensor history buffers and delays are not supported by jaxsim"))
         elif t in (S.FORCE, S.TORQUE) and _spatial_tendons(m):
             out.append((i, SPATIAL_TENDON_MSG))
     return out
@@ -643,36 +640,57 @@ def _cutoff(m: Model, ids: np.ndarray, val: jax.Array) -> jax.Array:
     return jnp.where(on, clipped, val)
 
 
+def _write(m: Model, d: State, data: jax.Array, ids: np.ndarray) -> jax.Array:
+    """`data` (sensordata) with the sensors `ids` (supported types) freshly computed."""
+    adr, dim = _np(m.sensor_adr), _np(m.sensor_dim)
+    groups = [(t, g[np.isin(g, ids)]) for t, g in _groups(m, SUPPORTED)]
+    for typ, g in groups:
+        if not len(g):
+            continue
+        if typ == S.CONTACT:  # one array per sensor (their sizes differ); no cutoff
+            for i, val in zip(g, contact_sensors(m, d, g), strict=True):
+                data = data.at[adr[i] + np.arange(dim[i])].set(val.astype(data.dtype))
+            continue
+        if typ in PER_SENSOR_TYPES:
+            for i in g:
+                val = _per_sensor(m, d, typ, int(i)).astype(data.dtype)
+                val = _cutoff(m, np.array([i]), val[None])[0]
+                data = data.at[adr[i] + np.arange(dim[i])].set(val)
+            continue
+        val = _cutoff(m, g, _compute(m, d, typ, g).astype(data.dtype))
+        n = int(dim[g[0]])
+        data = data.at[adr[g][:, None] + np.arange(n)].set(val.reshape(len(g), n))
+    return data
+
+
+def compute(m: Model, d: State, ids: np.ndarray) -> jax.Array:
+    """(len(ids), dim) fresh values of sensors of one dimension (mj_computeSensor), from
+    the fields of `d` (history buffers are not read); unsupported sensors give NaN."""
+    ids = np.asarray(ids)
+    adr, dim = _np(m.sensor_adr), _np(m.sensor_dim)
+    data = _write(m, d, jnp.full(m.nsensordata, jnp.nan, d.sensordata.dtype), ids)
+    return data[adr[ids][:, None] + np.arange(int(dim[ids[0]]))]
+
+
 def _stage(m: Model, d: State, stage: int) -> State:
-    """Computes the sensors whose `sensor_needstage` is `stage`."""
+    """Computes the sensors whose `sensor_needstage` is `stage`; sensors with a history
+    buffer then read it as MuJoCo does (delays, sampling intervals)."""
     if not m.nsensor or m.opt.disableflags & DisableBit.SENSOR:
         return d
     bad = [i for i, _ in unsupported(m)]
     here = np.nonzero(_np(m.sensor_needstage) == stage)[0]
-    nan_ids = [i for i in bad if i in here]
-    groups = [(t, ids[~np.isin(ids, bad) & np.isin(ids, here)]) for t, ids in _groups(m, SUPPORTED)]
-    groups = [(t, ids) for t, ids in groups if len(ids)]
-    if not groups and not nan_ids:
+    if not len(here):
         return d
+    nan_ids = [i for i in bad if i in here]
     data = d.sensordata
     adr, dim = _np(m.sensor_adr), _np(m.sensor_dim)
     if nan_ids:
         slots = np.concatenate([adr[i] + np.arange(dim[i]) for i in nan_ids])
         data = data.at[slots].set(jnp.nan)
-    for typ, ids in groups:
-        if typ == S.CONTACT:  # one array per sensor (their sizes differ); no cutoff
-            for i, val in zip(ids, contact_sensors(m, d, ids), strict=True):
-                data = data.at[adr[i] + np.arange(dim[i])].set(val.astype(data.dtype))
-            continue
-        if typ in PER_SENSOR_TYPES:
-            for i in ids:
-                val = _per_sensor(m, d, typ, int(i)).astype(data.dtype)
-                val = _cutoff(m, np.array([i]), val[None])[0]
-                data = data.at[adr[i] + np.arange(dim[i])].set(val)
-            continue
-        val = _cutoff(m, ids, _compute(m, d, typ, ids).astype(data.dtype))
-        n = int(dim[ids[0]])
-        data = data.at[adr[ids][:, None] + np.arange(n)].set(val.reshape(len(ids), n))
+    data = _write(m, d, data, here[~np.isin(here, bad)])
+    buffered = _np(m.sensor_history).reshape(-1, 2)[here, 0] > 0
+    if buffered.any():
+        data = history.sensor_values(m, d, data, here[buffered])
     return d.replace(sensordata=data)
 
 
@@ -702,6 +720,6 @@ def needs_rne_post(m: Model) -> bool:
     return bool(set(_np(m.sensor_type).tolist()) & RNE_POST_TYPES)
 
 
-__all__ = ["energy_pos", "energy_vel", "needs_rne_post", "object_acceleration",
+__all__ = ["compute", "energy_pos", "energy_vel", "needs_rne_post", "object_acceleration",
            "object_velocity", "ray_hits", "sensor_acc", "sensor_pos", "sensor_vel",
            "subtree_vel", "unsupported"]

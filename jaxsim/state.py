@@ -43,6 +43,9 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
         bodies = np.array([int(np.nonzero(mocap == k)[0][0]) for k in range(model.nmocap)])
         fields["mocap_pos"] = jnp.asarray(model.body_pos, dt)[bodies]
         fields["mocap_quat"] = jnp.asarray(model.body_quat, dt)[bodies]
+    from jaxsim.history import init as _init_history
+
+    fields["history"] = _init_history(model)
     fields["eq_active"] = jnp.asarray(np.asarray(model.eq_active0), dt)
     if keyframe is not None:
         if not 0 <= keyframe < model.nkey:

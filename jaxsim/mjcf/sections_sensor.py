@@ -322,7 +322,7 @@ def _has_spatial_tendon(ctx) -> bool:
     return any(num[i] and wt[adr[i]] != WrapType.JOINT for i in range(len(adr)))
 
 
-def _warn_uncomputed(ctx, s: dict, nsample: int, el) -> None:
+def _warn_uncomputed(ctx, s: dict, el) -> None:
     """Warns (naming the element, file and line) about a sensor jaxsim compiles but does not
     compute yet: its sensordata reads NaN. Sensors do not act on the physics, so the model
     still loads and simulates exactly; NaN makes the missing values impossible to mistake."""
@@ -330,8 +330,6 @@ def _warn_uncomputed(ctx, s: dict, nsample: int, el) -> None:
     why = None
     if typ not in _SIMULATED:
         why = f"<{el.tag}> sensors ({S(typ).name.lower()}) are not computed by jaxsim yet"
-    elif nsample > 0:  # (a delay needs a history buffer; an interval alone has no effect)
-        why = "sensor history buffers and delays are not computed by jaxsim yet"
     elif typ in (S.FORCE, S.TORQUE) and _has_spatial_tendon(ctx):
         why = ("force and torque sensors in models with spatial tendons are not computed by "
                "jaxsim yet (MuJoCo 4.0 adds spatial tendon forces to cfrc_ext)")
@@ -398,7 +396,7 @@ def compile_sensors(ctx, warn: bool = True) -> None:
                 raise MJCFError("data spec (intprm[0]) must be positive", el, "data")
         dim = _check(ctx, s, objid, refid, el)
         if warn:
-            _warn_uncomputed(ctx, s, nsample, el)
+            _warn_uncomputed(ctx, s, el)
         if cutoff > 0 and (s["datatype"] == DataType.QUATERNION or
                            (s["datatype"] == DataType.AXIS and typ != S.GEOMNORMAL)):
             raise MJCFError("cutoff applied to axis or quaternion datatype in sensor", el,
