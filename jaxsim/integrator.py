@@ -302,16 +302,84 @@ def euler(m: Model, d: State) -> State:
     when no dof is damped; here it always runs (the value test is on parameters), and
     with zero damping it reproduces qacc.
     """
-    flags = m.opt.disableflags
     qacc = d.qacc
-    if m.nv and not (flags & DisableBit.EULERDAMP or flags & DisableBit.DAMPER):
-        lin, poly = passive.actuator_damping(m, (TrnType.JOINT, TrnType.JOINTINPARENT), m.njnt)
-        jnt = _np(m.dof_jntid)
-        b = _poly_deriv(m.dof_damping + lin[jnt], m.dof_dampingpoly + poly[jnt], d.qvel)
+    b = _euler_damping(m, d)
+    if b is not None:
         qH = d.qM + jnp.diag(m.opt.timestep * b)
         L = jnp.linalg.cholesky(qH)
         qacc = jax.scipy.linalg.cho_solve((L, True), d.qfrc_smooth + d.qfrc_constraint)
     return advance(m, d, d.act_dot, qacc)
+
+
+def _implicitfast_matrix(m: Model, d: State, D: jax.Array) -> jax.Array:
+    """implicitfast's symmetric M - h qDeriv (lower triangle mirrored); the rows and columns
+    of standalone free bodies keep M (their blocks are solved apart, `_free_blocks`)."""
+    low = jnp.tril(d.qM - m.opt.timestep * D)
+    H = low + jnp.tril(low, -1).T
+    if len(_free_bodies(m)[0]):
+        free = _free_dof_mask(m)
+        H = jnp.where(jnp.asarray(free[:, None] | free[None, :]), d.qM, H)
+    return H
+
+
+def _free_blocks(m: Model, d: State, D: jax.Array):
+    """(dof indices (k, 6), blocks (k, 6, 6)) of the standalone free bodies: M - h qDeriv
+    plus the gyroscopic derivative of their own bias force, unsymmetric (mjd_freeMhat)."""
+    bodies, dofs = _free_bodies(m)
+    if not len(bodies):
+        return np.zeros((0, 6), np.int64), None
+    h = m.opt.timestep
+    idx = dofs[:, None] + np.arange(6)  # (k, 6)
+    basis = jnp.zeros((idx.size, m.nv), _dtype(m)).at[np.arange(idx.size), idx.ravel()].set(1.0)
+
+    def bias(qvel):
+        return rne.rne_bias(m, smooth.com_vel(m, d.replace(qvel=qvel)))
+
+    _, dbias = jax.vmap(lambda t: jax.jvp(bias, (d.qvel,), (t,)))(basis)  # (6k, nv)
+    dbias = dbias.reshape(len(bodies), 6, m.nv)
+    # dbias[k, c, i] = d bias_i / d qvel_(idx[k, c]); the block wants [i, c] on own dofs
+    gather = np.broadcast_to(idx[:, None, :], (len(bodies), 6, 6))
+    blk = jnp.swapaxes(jnp.take_along_axis(dbias, jnp.asarray(gather), axis=2), 1, 2)
+    rows, cols = idx[:, :, None], idx[:, None, :]
+    return idx, d.qM[rows, cols] - h * D[rows, cols] + h * blk
+
+
+def _euler_damping(m: Model, d: State) -> jax.Array | None:
+    """(nv,) derivative of the dof damping Euler integrates implicitly, or None when the
+    eulerdamp or damper flag turns that off."""
+    flags = m.opt.disableflags
+    if not m.nv or flags & DisableBit.EULERDAMP or flags & DisableBit.DAMPER:
+        return None
+    lin, poly = passive.actuator_damping(m, (TrnType.JOINT, TrnType.JOINTINPARENT), m.njnt)
+    jnt = _np(m.dof_jntid)
+    return _poly_deriv(m.dof_damping + lin[jnt], m.dof_dampingpoly + poly[jnt], d.qvel)
+
+
+def discrete_acc(m: Model, d: State) -> jax.Array:
+    """The continuous-time acceleration whose integration gives the discrete-time d.qacc
+    (mj_discreteAcc, for the invdiscrete flag): M^-1 H qacc, H the matrix the integrator
+    solves with ((M + h B) for Euler with damping, M - h qDeriv for the implicit ones)."""
+    it = m.opt.integrator
+    if it == Integrator.RK4:
+        raise ValueError("discrete inverse dynamics (<flag invdiscrete>) is not supported by "
+                         "the RK4 integrator (as in MuJoCo)")
+    if not m.nv:
+        return d.qacc
+    qacc = d.qacc
+    if it == Integrator.EULER:
+        b = _euler_damping(m, d)
+        if b is None:
+            return qacc
+        qfrc = d.qM @ qacc + m.opt.timestep * b * qacc
+    elif it == Integrator.IMPLICIT:
+        qfrc = (d.qM - m.opt.timestep * qderiv(m, d, flg_bias=True)) @ qacc
+    else:
+        D = qderiv(m, d, flg_bias=False)
+        qfrc = _implicitfast_matrix(m, d, D) @ qacc
+        idx, A = _free_blocks(m, d, D)
+        if len(idx):
+            qfrc = qfrc.at[idx].set(jnp.einsum("kij,kj->ki", A, qacc[idx]))
+    return smooth.solve_m(m, d, qfrc)
 
 
 def implicit(m: Model, d: State) -> State:
@@ -332,28 +400,10 @@ def implicit(m: Model, d: State) -> State:
         qacc = jnp.linalg.solve(d.qM - h * D, qfrc)
         return advance(m, d, d.act_dot, qacc)
 
-    low = jnp.tril(d.qM - h * D)
-    H = low + jnp.tril(low, -1).T
-    bodies, dofs = _free_bodies(m)
-    if len(bodies):
-        free = _free_dof_mask(m)
-        H = jnp.where(jnp.asarray(free[:, None] | free[None, :]), d.qM, H)
+    H = _implicitfast_matrix(m, d, D)
     qacc = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(H), True), qfrc)
-    if len(bodies):
-        idx = dofs[:, None] + np.arange(6)  # (k, 6)
-        basis = jnp.zeros((idx.size, m.nv), _dtype(m)).at[np.arange(idx.size), idx.ravel()].set(1.0)
-
-        def bias(qvel):
-            return rne.rne_bias(m, smooth.com_vel(m, d.replace(qvel=qvel)))
-
-        _, dbias = jax.vmap(lambda t: jax.jvp(bias, (d.qvel,), (t,)))(basis)  # (6k, nv)
-        dbias = dbias.reshape(len(bodies), 6, m.nv)
-        # dbias[k, c, i] = d bias_i / d qvel_(idx[k, c]); the block wants [i, c] on own dofs
-        gather = np.broadcast_to(idx[:, None, :], (len(bodies), 6, 6))
-        blk = jnp.swapaxes(jnp.take_along_axis(dbias, jnp.asarray(gather), axis=2), 1, 2)
-        rows = idx[:, :, None]
-        cols = idx[:, None, :]
-        A = d.qM[rows, cols] - h * D[rows, cols] + h * blk
+    idx, A = _free_blocks(m, d, D)
+    if len(idx):
         x = jnp.linalg.solve(A, qfrc[idx][..., None])[..., 0]
         qacc = qacc.at[idx].set(x)
     return advance(m, d, d.act_dot, qacc)

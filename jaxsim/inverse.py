@@ -4,7 +4,8 @@ qfrc_inverse = M qacc + qfrc_bias - qfrc_passive - qfrc_constraint, where the co
 forces come from the inverse constraint problem: with jar = J qacc - aref, each row's force
 is the minimiser of the same convex cost the forward solver uses, which has the closed form
 of mj_constraintUpdate (f = -D jar on quadratic rows, the friction-loss bounds, zero on
-satisfied rows, the elliptic-cone zones): no iterations.
+satisfied rows, the elliptic-cone zones): no iterations. With the invdiscrete flag qacc
+is read as the integrator's discrete-time acceleration (mj_discreteAcc).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from jaxsim import constraint as _constraint
 from jaxsim import solver as _solver
 from jaxsim.forward import acc_sensors, pos_vel_stages
+from jaxsim.integrator import discrete_acc
 from jaxsim.types import Cone, EnableBit, Model, Stage, State
 
 
@@ -51,17 +53,19 @@ def inverse_skip(m: Model, d: State, skipstage: int = Stage.NONE,
     the position stage in `d`, Stage.VEL also the velocity stage. Sensors of the three
     stages are computed unless `skipsensor`.
     """
-    if m.opt.enableflags & EnableBit.INVDISCRETE:
-        raise NotImplementedError("<flag invdiscrete> (discrete-time inverse dynamics) is not "
-                                  "supported by jaxsim yet")
     d = pos_vel_stages(m, d, skipstage, skipsensor)
+    discrete = bool(m.opt.enableflags & EnableBit.INVDISCRETE)
+    if discrete:  # the discrete-time qacc of the integrator, as a continuous-time one
+        qacc_in = d.qacc
+        d = d.replace(qacc=discrete_acc(m, d))
     d = inv_constraint(m, d)
     if not skipsensor:
         d = acc_sensors(m, d)
     # qfrc_bias (RNE without acceleration plus the tendon-armature bias) is fwd_velocity's
     ma = d.qM @ d.qacc if m.nv else d.qacc
     qfrc = d.qfrc_bias + ma - d.qfrc_passive - d.qfrc_constraint
-    return d.replace(qfrc_inverse=qfrc)
+    d = d.replace(qfrc_inverse=qfrc)
+    return d.replace(qacc=qacc_in) if discrete else d
 
 
 def inverse(m: Model, d: State) -> State:

@@ -124,3 +124,49 @@ def test_fwdinv_flag_fills_solver_fwdinv():
         np.testing.assert_allclose(np.asarray(s.qpos), d.qpos, atol=1e-9)
     off = model.replace(opt=model.opt.replace(enableflags=0))
     assert np.all(np.asarray(step(off, jaxsim.make_state(off)).solver_fwdinv) == 0)
+
+
+_DISCRETE = _SMOOTH.replace('<option gravity="0.2 0 -9.81"/>', '''<option gravity="0.2 0 -9.81"
+  integrator="{integrator}" density="1.2" viscosity="0.01"><flag invdiscrete="enable"/>
+  </option>''')
+
+
+@pytest.mark.parametrize("integrator", ["Euler", "implicit", "implicitfast"])
+def test_invdiscrete_matches_mujoco(integrator):
+    """With <flag invdiscrete>, qacc is the integrator's discrete-time acceleration: the
+    inverse of one step's (qvel' - qvel) / h gives back the applied forces, and
+    qfrc_inverse equals mj_inverse's for any qacc (damping, fluid forces and a free body
+    make the integrator's matrix differ from M)."""
+    xml = _DISCRETE.format(integrator=integrator)
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    rng = np.random.default_rng(3)
+    d = mujoco.MjData(m)
+    d.qvel[:] = rng.normal(size=m.nv)
+    d.ctrl[:] = rng.normal(size=m.nu)
+    d.qfrc_applied[:] = rng.normal(size=m.nv)
+    mujoco.mj_forward(m, d)
+    d2 = mujoco.MjData(m)
+    mujoco.mj_copyData(d2, m, d)
+    mujoco.mj_step(m, d2)
+    d.qacc[:] = (d2.qvel - d.qvel) / m.opt.timestep
+    for k in range(2):
+        if k:
+            d.qacc[:] += rng.normal(size=m.nv)
+        qacc = d.qacc.copy()
+        mujoco.mj_inverse(m, d)
+        out = _INV(model, _state(model, d))
+        np.testing.assert_allclose(np.asarray(out.qfrc_inverse), d.qfrc_inverse, atol=1e-9,
+                                   rtol=1e-9)
+        np.testing.assert_array_equal(np.asarray(out.qacc), qacc)  # restored
+        np.testing.assert_allclose(np.asarray(out.sensordata), d.sensordata, atol=1e-8)
+        if not k:  # the discrete-time inverse recovers the forces that made the step
+            want = d.qfrc_applied + d.qfrc_actuator
+            np.testing.assert_allclose(np.asarray(out.qfrc_inverse), want, atol=1e-8)
+
+
+def test_invdiscrete_rejects_rk4():
+    xml = _DISCRETE.format(integrator="RK4")
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    with pytest.raises(ValueError, match="RK4"):
+        jaxsim.inverse(model, jaxsim.make_state(model))
