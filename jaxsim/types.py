@@ -381,7 +381,7 @@ _SIZES = (
     "nmeshgraph npoly npolyvert nhfield nhfielddata nmat npair nexclude neq ntendon nwrap nsensor "
     "nsensordata nnumeric nnumericdata ntext ntextdata ntuple ntupledata nkey nmocap "
     "nuser_body nuser_jnt nuser_geom nuser_site nuser_cam nuser_tendon nuser_actuator "
-    "nuser_sensor ntree nM nhistory ngravcomp nconmax njmax"
+    "nuser_sensor ntree nM nhistory nuserdata ngravcomp nconmax njmax"
 ).split()
 
 
@@ -434,6 +434,7 @@ class Model(Struct):
     ntree: int = static("()", "number of kinematic trees under the world")
     nM: int = static("()", "number of non-zeros in the sparse inertia matrix")
     nhistory: int = static("()", "size of the actuator/sensor history buffer")
+    nuserdata: int = static("()", "size of the user data array in the state")
     ngravcomp: int = static("()", "number of bodies with nonzero gravity compensation")
     nconmax: int = static("()", "contact buffer cap from <size> (-1: automatic)")
     njmax: int = static("()", "constraint row cap from <size> (-1: automatic)")
@@ -816,6 +817,7 @@ class State(Struct):
     qvel: Array = leaf("(nv,)", "velocity")
     act: Array = leaf("(na,)", "actuator activation")
     history: Array = leaf("(nhistory,)", "actuator and sensor history buffers")
+    userdata: Array = leaf("(nuserdata,)", "user data, untouched by the simulator")
     qacc_warmstart: Array = leaf("(nv,)", "acceleration used to warmstart the solver")
     ctrl: Array = leaf("(nu,)", "control")
     qfrc_applied: Array = leaf("(nv,)", "applied generalized force")

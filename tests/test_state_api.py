@@ -24,6 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 
 _XML = """
 <mujoco>
+  <size nuserdata="3"/>
   <default><geom contype="0" conaffinity="0"/></default>
   <worldbody>
     <body name="mocap" mocap="true" pos="0 0 2" quat="0.9 0.1 0.2 0.3">
@@ -61,7 +62,7 @@ _XML = """
              biasprm="0 -10 0"/>
     <general joint="h2" dyntype="integrator" gainprm="1"/>
   </actuator>
-  <sensor><jointpos joint="h1"/></sensor>
+  <sensor><jointpos joint="h1"/><jointpos joint="s1" nsample="3"/></sensor>
   <keyframe><key time="0.5" ctrl="0.1 0.2 0.3" act="0.4 0.5"/></keyframe>
 </mujoco>"""
 
@@ -88,11 +89,13 @@ def _random_data(m, seed):
     d.mocap_pos[:] = rng.normal(size=(m.nmocap, 3))
     q = rng.normal(size=(m.nmocap, 4))
     d.mocap_quat[:] = q / np.linalg.norm(q, axis=1, keepdims=True)
+    d.userdata[:] = rng.normal(size=m.nuserdata)
+    d.history[2 + 3:] = rng.normal(size=3)  # the sensor's samples (times, cursor kept)
     return d
 
 
 _FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl", "qfrc_applied",
-           "xfrc_applied", "mocap_pos", "mocap_quat")
+           "xfrc_applied", "mocap_pos", "mocap_quat", "userdata", "history")
 
 
 def _our_state(model, d):
@@ -114,7 +117,7 @@ def test_state_bits_match_mujoco():
 
 def test_get_set_state_and_size():
     m, model = _models()
-    assert m.nmocap and m.neq and m.na == 2
+    assert m.nmocap and m.neq and m.na == 2 and m.nuserdata == 3 and m.nhistory == 8
     d = _random_data(m, 0)
     st = _our_state(model, d)
     fresh = jaxsim.reset(model)
@@ -150,12 +153,6 @@ def test_get_set_state_and_size():
     assert got.shape == (mujoco.mj_stateSize(m, StateBit.PHYSICS),)
     with pytest.raises(ValueError):
         jaxsim.state_size(model, 1 << 15)
-
-    class _UserData:  # a model with user data, which State does not hold
-        nuserdata = 3
-
-    with pytest.raises(NotImplementedError, match="USERDATA"):
-        jaxsim.state_size(_UserData(), StateBit.USERDATA)
 
 
 def test_reset_matches_mujoco():

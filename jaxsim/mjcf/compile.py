@@ -212,6 +212,8 @@ def read_size(ctx: Ctx) -> None:
                 out[k] = int(a[k])
         if "nkey" in a:
             ctx.size_nkey = int(a["nkey"])
+        if "nuserdata" in a:
+            out["nuserdata"] = int(a["nuserdata"])
     stat = {}
     for el in ctx.root.iterchildren("statistic"):
         a = Attrs(el, "statistic", {k: v for k, v in el.items() if k != SRC})
