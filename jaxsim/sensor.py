@@ -7,8 +7,8 @@ scattered into `sensordata` at `sensor_adr`, then `sensor_cutoff` clamps them as
 MuJoCo's apply_cutoff does (both sides for real data, the upper side for positive data).
 
 Contact sensors and the geom distance sensors live in sensor_contact.py, rangefinders in
-raycast.py. Sensors with a history buffer (delays, sampling intervals) read it through
-jaxsim.history. Sensor types jaxsim does not compute yet (tactile, user, plugin) read NaN,
+raycast.py, tactile sensors in sensor_contact.py. Sensors with a history buffer (delays,
+sampling intervals) read it through jaxsim.history. User and plugin sensors read NaN,
 in the stage MuJoCo computes them; `load` warns about each (UncomputedSensorWarning,
 sections_sensor.py) and `unsupported` lists them.
 """
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import history, math, scan
-from jaxsim.sensor_contact import contact_sensors, distance_sensor, inside
+from jaxsim.sensor_contact import contact_sensors, distance_sensor, inside, tactile
 from jaxsim.types import (
     DataType,
     DisableBit,
@@ -46,14 +46,14 @@ POS_TYPES = frozenset({
 VEL_TYPES = frozenset({
     S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
     S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
-    S.SUBTREEANGMOM})
+    S.SUBTREEANGMOM, S.TACTILE})
 ACC_TYPES = frozenset({
     S.TOUCH, S.ACCELEROMETER, S.FORCE, S.TORQUE, S.ACTUATORFRC, S.JOINTACTFRC,
     S.TENDONACTFRC, S.JOINTLIMITFRC, S.TENDONLIMITFRC, S.FRAMELINACC, S.FRAMEANGACC})
 # computed in the stage `sensor_needstage` names (position, or acceleration with forces)
 ANY_STAGE_TYPES = frozenset({S.CONTACT})
 # types whose sensors differ in size: computed one sensor at a time
-PER_SENSOR_TYPES = frozenset({S.CONTACT, S.RANGEFINDER})
+PER_SENSOR_TYPES = frozenset({S.CONTACT, S.RANGEFINDER, S.TACTILE})
 SUPPORTED = POS_TYPES | VEL_TYPES | ACC_TYPES | ANY_STAGE_TYPES
 # acceleration-stage types that read cacc / cfrc_int (MuJoCo calls mj_rnePostConstraint)
 RNE_POST_TYPES = frozenset({S.ACCELEROMETER, S.FORCE, S.TORQUE, S.FRAMELINACC, S.FRAMEANGACC})
@@ -622,6 +622,8 @@ def _per_sensor(m: Model, d: State, typ: int, i: int) -> jax.Array:
         from jaxsim.raycast import rangefinder
 
         return rangefinder(m, d, i)
+    if typ == S.TACTILE:
+        return tactile(m, d, i)
     raise NotImplementedError(f"{S(typ).name.lower()} sensors are not supported by jaxsim")
 
 

@@ -244,3 +244,81 @@ def distance_sensor(m: Model, d: State, sensor: int) -> jax.Array:
 
 
 __all__ = ["contact_sensor", "contact_sensors", "distance_sensor", "inside", "match"]
+
+
+# ----------------------------------------------------------------------------- tactile
+
+# collider types with an analytic signed distance; meshes count only with an octree (SDF
+# plugins), which jaxsim does not build: MuJoCo skips them, and so does this
+_SDF_TYPES = (GeomType.PLANE, GeomType.SPHERE, GeomType.CAPSULE, GeomType.ELLIPSOID,
+              GeomType.CYLINDER, GeomType.BOX)
+
+
+def signed_distance(gtype: np.ndarray, size: jax.Array, x: jax.Array) -> jax.Array:
+    """Signed distance (...,) of points x (..., 3), in the geoms' frames, to geoms of types
+    `gtype` (...,) (static) and sizes (..., 3), as MuJoCo's geomDistance (the box interior
+    through its radial field). Smooth where the distance is; safe at the singular points."""
+    gt = np.broadcast_to(np.asarray(gtype), x.shape[:-1])
+    s0, s1 = size[..., 0], size[..., 1]
+    x0, x1, x2 = x[..., 0], x[..., 1], x[..., 2]
+    out = x2  # plane
+    if (gt == GeomType.SPHERE).any():
+        out = jnp.where(gt == GeomType.SPHERE, math.norm(x) - s0, out)
+    if (gt == GeomType.CAPSULE).any():
+        a = jnp.stack([x0, x1, x2 - jnp.clip(x2, -s1, s1)], -1)
+        out = jnp.where(gt == GeomType.CAPSULE, math.norm(a) - s0, out)
+    if (gt == GeomType.ELLIPSOID).any():
+        safe = jnp.where(size > 0, size, 1.0)
+        a = x / safe
+        k0, k1 = math.norm(a), math.norm(a / safe)
+        out = jnp.where(gt == GeomType.ELLIPSOID, k0 * (k0 - 1.0) / jnp.where(k1 > 0, k1, 1.0),
+                        out)
+    if (gt == GeomType.CYLINDER).any():
+        a0 = math.safe_sqrt(x0 * x0 + x1 * x1) - s0
+        a1 = jnp.abs(x2) - s1
+        b = jnp.stack([jnp.maximum(a0, 0.0), jnp.maximum(a1, 0.0)], -1)
+        out = jnp.where(gt == GeomType.CYLINDER,
+                        jnp.minimum(jnp.maximum(a0, a1), 0.0) + math.norm(b), out)
+    if (gt == GeomType.BOX).any():
+        a = jnp.abs(x) - size
+        outside = jnp.any(a >= 0, axis=-1)
+        far = math.norm(jnp.maximum(a, 0.0)) + jnp.minimum(jnp.max(a, axis=-1), 0.0)
+        # inside: a unit field turning from radial to the face normals, cut by each face
+        neg = jnp.where(a < 0, a, -1.0)
+        field = math.normalize(-size / neg)
+        t = -neg / jnp.where(field != 0, jnp.abs(field), 1.0)
+        near = -jnp.min(t, axis=-1) * math.norm(field)
+        out = jnp.where(gt == GeomType.BOX, jnp.where(outside, far, near), out)
+    return out
+
+
+def tactile(m: Model, d: State, sensor: int) -> jax.Array:
+    """Tactile sensor data (3 nvert,): at each vertex of the sensor's mesh, placed in the
+    frame of its geom, the deepest penetration into a geom touching the geom's weld body
+    (the touching geoms are read from the contacts); the two slip channels stay zero (they
+    need per-vertex normal frames, which `load` rejects)."""
+    dt = d.qpos.dtype
+    mesh, geom = int(m.sensor_objid[sensor]), int(m.sensor_refid[sensor])
+    adr, n = int(m.mesh_vertadr[mesh]), int(m.mesh_vertnum[mesh])
+    weld = _np(m.body_weldid)
+    pw = int(weld[int(m.geom_bodyid[geom])])
+    vert = m.mesh_vert[adr:adr + n].astype(dt)
+    xpos = vert @ d.geom_xmat[geom].T + d.geom_xpos[geom]  # (n, 3)
+    gtype = _np(m.geom_type)
+    cand = np.nonzero(np.isin(gtype, _SDF_TYPES)
+                      & (weld[_np(m.geom_bodyid)] != pw))[0]
+    depth = jnp.zeros(n, dt)
+    if len(cand) and d.contact.geom.shape[0]:
+        c = d.contact
+        g1, g2 = c.geom[:, 0], c.geom[:, 1]
+        wb = jnp.asarray(weld[_np(m.geom_bodyid)])
+        on = c.active[:, None]
+        touch = (on & (wb[g1][:, None] == pw) & (g2[:, None] == cand[None])) | (
+            on & (wb[g2][:, None] == pw) & (g1[:, None] == cand[None]))
+        touching = jnp.any(touch, axis=0)  # (G,)
+        rel = xpos[None] - d.geom_xpos[cand][:, None]  # (G, n, 3)
+        lpos = jnp.einsum("gji,gnj->gni", d.geom_xmat[cand], rel)
+        sdf = signed_distance(gtype[cand][:, None], m.geom_size[cand][:, None].astype(dt), lpos)
+        pen = jnp.where(touching[:, None], -jnp.minimum(sdf, 0.0), 0.0)
+        depth = jnp.max(pen, axis=0)
+    return jnp.concatenate([depth, jnp.zeros(2 * n, dt)])

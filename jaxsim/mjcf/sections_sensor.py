@@ -295,7 +295,7 @@ def _check(ctx, s: dict, objid: int, refid: int, el) -> int:
             nray = int(res[0]) * int(res[1])
         return _size(s["intprm"][0], _RAYDATA_SIZE) * nray
     if typ == S.TACTILE:
-        return 3 * int(np.asarray(out["mesh_vertnum"])[objid])
+        return 3 * len(ctx.meshes[objid].processed.vert)
     if typ == S.USER:
         return s["dim"]
     return 1
@@ -311,7 +311,8 @@ _SIMULATED = frozenset({
     S.FRAMEPOS, S.FRAMEQUAT, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMELINVEL,
     S.FRAMEANGVEL, S.FRAMELINACC, S.FRAMEANGACC, S.SUBTREECOM, S.SUBTREELINVEL,
     S.SUBTREEANGMOM, S.E_POTENTIAL, S.E_KINETIC, S.CLOCK, S.INSIDESITE,
-    S.CAMPROJECTION, S.CONTACT, S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO, S.RANGEFINDER})
+    S.CAMPROJECTION, S.CONTACT, S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO, S.RANGEFINDER,
+    S.TACTILE})
 
 
 def _has_spatial_tendon(ctx) -> bool:
@@ -395,6 +396,11 @@ def compile_sensors(ctx, warn: bool = True) -> None:
             if s["intprm"][0] <= 0:
                 raise MJCFError("data spec (intprm[0]) must be positive", el, "data")
         dim = _check(ctx, s, objid, refid, el)
+        if typ == S.TACTILE:
+            normal = ctx.meshes[objid].processed.normal
+            if normal is not None and np.size(normal) == 9 * len(ctx.meshes[objid].processed.vert):
+                raise MJCFError("tactile sensors on meshes with a normal frame per vertex "
+                                "(slip channels) are not supported by jaxsim yet", el, "mesh")
         if warn:
             _warn_uncomputed(ctx, s, el)
         if cutoff > 0 and (s["datatype"] == DataType.QUATERNION or
