@@ -12,21 +12,20 @@ other integer structure (static, the compiler's job), and actuator_lengthrange (
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from jaxsim import math, smooth
-from jaxsim.struct import shape_of
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
+from jaxsim.struct import shape_of
 from jaxsim.types import (
     Contact,
     EqType,
     GainType,
     GeomType,
     JointType,
+    Model,
     ObjType,
     State,
-    Model,
 )
 
 

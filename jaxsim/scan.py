@@ -8,7 +8,8 @@ code then does one vectorised gather/scatter per depth level, never one op per b
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -22,8 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxsim import math
-from jaxsim import scan
+from jaxsim import math, scan
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import CamLight, JointType, Model, State, TrnType, WrapType
 

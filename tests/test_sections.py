@@ -16,12 +16,11 @@ import mujoco
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+from conftest import CORPUS as _CORPUS_DIR  # noqa: E402
+from conftest import gym_assets, mjx_test_data  # noqa: E402
 from sections_fixture import compare, compile_sections, make_ctx  # noqa: E402
 
 from jaxsim.mjcf.errors import MJCFError  # noqa: E402
-
-from conftest import CORPUS as _CORPUS_DIR  # noqa: E402
-from conftest import gym_assets, mjx_test_data  # noqa: E402
 
 CORPUS = (sorted(glob.glob(f"{_CORPUS_DIR}/**/*.xml", recursive=True))
           + sorted(glob.glob(f"{gym_assets()}/*.xml") if gym_assets() else [])

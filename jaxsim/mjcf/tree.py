@@ -14,9 +14,16 @@ import numpy as np
 
 from jaxsim.mjcf import spatial
 from jaxsim.mjcf.context import Ctx
-from jaxsim.mjcf.geom import (check_size, fluid_coefs, fromto, geom_aabb, geom_inertia,
-                              geom_rbound, geom_volume)
 from jaxsim.mjcf.errors import MJCFError
+from jaxsim.mjcf.geom import (
+    check_size,
+    fluid_coefs,
+    fromto,
+    geom_aabb,
+    geom_inertia,
+    geom_rbound,
+    geom_volume,
+)
 from jaxsim.mjcf.parse import SRC
 from jaxsim.types import GeomType, JointType, ObjType, SameFrame
 
