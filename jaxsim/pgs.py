@@ -5,7 +5,9 @@ aref) (noslip: A alone, friction blocks only) one at a time, on the masked fixed
 problem of `jaxsim.solver`: scalar rows with their box constraints, pyramidal edge pairs and
 elliptic cones through a small QCQP, MuJoCo's visitation order (PCG32 shuffle) and
 Nesterov momentum, and the statistics of mjData.solver. `jaxsim.solver.solve` calls them
-and supplies the implicit gradients.
+and supplies the implicit gradients. Up to DENSE_MAX_ROWS rows the dual matrix is formed;
+beyond, sweeps read its rows as J_i M^-1 J' f through v = M^-1 J' f, updated with each
+block (memory nefc x nv, not nefc^2: large contact buffers no longer exhaust memory).
 """
 
 from __future__ import annotations
@@ -76,11 +78,59 @@ def _shuffle(perm, n, rng):
     return perm, (hi, lo)
 
 
-def _pgs_setup(m: Model, d: State, p: _Problem):
-    MinvJT = solve_m(m, d, p.J)  # rows: M^-1 J_i
-    AR = p.J @ MinvJT.T + jnp.diag(p.R)
-    b = p.J @ p.qacc_smooth - p.aref
-    return AR, b
+# above this many rows the dual matrix J M^-1 J' (nefc x nefc) is not formed: rows of it
+# are J_i v with v = M^-1 J' f kept up to date (memory nefc x nv instead of nefc^2)
+DENSE_MAX_ROWS = 4096
+
+
+class _Dual:
+    """The dual matrix AR = J M^-1 J' + diag(R) (without R for noslip), as a dense matrix for
+    small problems or matrix-free for large ones. Sweeps carry (f, v), v = M^-1 J' f in the
+    matrix-free form (unused, zeros, in the dense one)."""
+
+    def __init__(self, m: Model, d: State, p: _Problem, sub_r: bool = False):
+        self.J = p.J
+        self.MinvJT = solve_m(m, d, p.J)  # rows: M^-1 J_i
+        self.R = jnp.zeros_like(p.R) if sub_r else p.R
+        R = self.R
+        self.dense = p.J.shape[0] <= DENSE_MAX_ROWS
+        if self.dense:
+            self.AR = p.J @ self.MinvJT.T + jnp.diag(p.R)
+            if sub_r:  # (as MuJoCo: AR with R taken off its diagonal)
+                self.AR = self.AR - jnp.diag(p.R)
+            self.diag = jnp.diagonal(self.AR)
+        else:
+            self.diag = jnp.sum(p.J * self.MinvJT, axis=1) + R
+        self.b = p.J @ p.qacc_smooth - p.aref
+
+    def v_of(self, f):
+        return jnp.zeros(self.J.shape[1], f.dtype) if self.dense else self.MinvJT.T @ f
+
+    def rows(self, idx, f, v):
+        """(AR f)[idx] + b[idx]."""
+        if self.dense:
+            return self.b[idx] + self.AR[idx] @ f
+        return self.b[idx] + self.J[idx] @ v + self.R[idx] * f[idx]
+
+    def block(self, idx):
+        """AR[idx][:, idx] for a vector of row indices."""
+        if self.dense:
+            return self.AR[idx[:, None], idx[None, :]]
+        return self.J[idx] @ self.MinvJT[idx].T + jnp.diag(self.R[idx])
+
+    def push(self, v, idx, delta):
+        """v after f[idx] += delta (idx and delta scalars or vectors)."""
+        if self.dense:
+            return v
+        if jnp.ndim(delta):
+            return v + self.MinvJT[idx].T @ delta
+        return v + self.MinvJT[idx] * delta
+
+    def quad(self, f):
+        """f' AR f."""
+        if self.dense:
+            return jnp.dot(f, self.AR @ f)
+        return jnp.dot(self.J.T @ f, self.MinvJT.T @ f) + jnp.dot(self.R * f, f)
 
 
 def _dual_state(p: _Problem, f, has_cone):
@@ -160,8 +210,9 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     K = p.ci.shape[1] if has_cone else 1
     tol = m.opt.tolerance
     maxiter = m.opt.iterations
-    AR, b = _pgs_setup(m, d, p)
-    ARinv = 1.0 / jnp.diagonal(AR)
+    op = _Dual(m, d, p)
+    b = op.b
+    ARinv = 1.0 / op.diag
     k = p.kind
 
     if m.opt.disableflags & DisableBit.WARMSTART:
@@ -169,30 +220,32 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     else:
         w = d.qacc_warmstart
         f = _update(p, p.J @ w - p.aref, has_cone).force
-        f = jnp.where(jnp.dot(f, b) + 0.5 * jnp.dot(f, AR @ f) > 0, 0.0, f)
+        f = jnp.where(jnp.dot(f, b) + 0.5 * op.quad(f) > 0, 0.0, f)
 
     start = (k == _EQ) | (k == _FRIC) | (k == _INEQ) | ((k == _ELL) & (p.rj == 0))
     nblocks = jnp.sum(start).astype(jnp.int32)
     blocks = jnp.nonzero(start, size=nefc, fill_value=0)[0].astype(jnp.int32)
     rng = _pcg32(jnp.uint32(0), jnp.uint32(0))[:2]  # seeded state after one step
 
-    def scalar(f, i):
-        res = b[i] + AR[i] @ f
+    def scalar(fv, i):
+        f, v = fv
+        res = op.rows(i, f, v)
         old = f[i]
         new = f[i] - res * ARinv[i]
         new = jnp.where(k[i] == _FRIC, jnp.clip(new, -p.floss[i], p.floss[i]),
                         jnp.where(k[i] == _INEQ, jnp.maximum(new, 0.0), new))
-        new, change = _cost_change(AR[i, i][None, None], new[None], old[None], res[None])
-        return f.at[i].set(new[0]), change
+        new, change = _cost_change(op.diag[i][None, None], new[None], old[None], res[None])
+        return (f.at[i].set(new[0]), op.push(v, i, new[0] - old)), change
 
-    def elliptic(f, i):
+    def elliptic(fv, i):
+        f, v = fv
         jj = jnp.arange(K)
         idx = jnp.clip(i + jj, 0, nefc - 1)
         c = p.rc[i]
         msk = jj < p.cdim[c]
-        res = jnp.where(msk, b[idx] + AR[idx] @ f, 0.0)
+        res = jnp.where(msk, op.rows(idx, f, v), 0.0)
         old = jnp.where(msk, f[idx], 0.0)
-        A = jnp.where(msk[:, None] & msk[None, :], AR[idx[:, None], idx[None, :]], 0.0)
+        A = jnp.where(msk[:, None] & msk[None, :], op.block(idx), 0.0)
         f0 = old[0]
         # normal update when the normal force vanishes, else along the ray through f
         fa = jnp.zeros(K, dt).at[0].set(jnp.maximum(0.0, f0 - res[0] * ARinv[i]))
@@ -210,19 +263,21 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
         ft = jnp.where(new[0] < MINVAL, 0.0, ft)
         new = jnp.where(msk, new.at[1:].set(ft), 0.0)
         new, change = _cost_change(A, new, old, res)
-        return f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), change
+        v = op.push(v, idx, jnp.where(msk, new - old, 0.0))
+        return (f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), v), change
 
     def sweep(f, perm):
         def body(t, c):
-            f, imp = c
+            fv, imp = c
             i = blocks[perm[t]]
             if has_cone:
-                f, change = lax.cond(k[i] == _ELL, elliptic, scalar, f, i)
+                fv, change = lax.cond(k[i] == _ELL, elliptic, scalar, fv, i)
             else:
-                f, change = scalar(f, i)
-            return f, imp - change
+                fv, change = scalar(fv, i)
+            return fv, imp - change
 
-        return lax.fori_loop(0, nblocks, body, (f, jnp.zeros((), dt)))
+        (f, _), imp = lax.fori_loop(0, nblocks, body, ((f, op.v_of(f)), jnp.zeros((), dt)))
+        return f, imp
 
     def project(f):
         f = jnp.where(k == _FRIC, jnp.clip(f, -p.floss, p.floss), f)
@@ -277,10 +332,8 @@ def noslip(m: Model, d: State, p: _Problem, f, info: SolverInfo, has_cone: bool)
     dt = f.dtype
     nefc = p.J.shape[0]
     K = p.ci.shape[1]
-    AR, b = _pgs_setup(m, d, p)
-    A = AR - jnp.diag(p.R)
-    Adiag = jnp.diagonal(A)
-    Ainv = 1.0 / jnp.maximum(MINVAL, Adiag)
+    op = _Dual(m, d, p, sub_r=True)  # A alone: no regularisation
+    Ainv = 1.0 / jnp.maximum(MINVAL, op.diag)
     k = p.kind
     tol = m.opt.noslip_tolerance
     maxiter = m.opt.noslip_iterations
@@ -296,20 +349,23 @@ def noslip(m: Model, d: State, p: _Problem, f, info: SolverInfo, has_cone: bool)
 
     def block(i, n):
         idx = jnp.clip(i + jnp.arange(n), 0, nefc - 1)
-        Ab = A[idx[:, None], idx[None, :]]
+        Ab = op.block(idx)
         Ab = Ab + jnp.diag(jnp.maximum(1e-10, jnp.diagonal(Ab)) - jnp.diagonal(Ab))
         return idx, Ab
 
-    def friction(f, i):
-        res = b[i] + A[i] @ f
+    def friction(fv, i):
+        f, v = fv
+        res = op.rows(i, f, v)
         old = f[i]
         new = jnp.clip(old - res * Ainv[i], -p.floss[i], p.floss[i])
         delta = new - old
-        return f.at[i].set(new), -(0.5 * delta * delta / Ainv[i] + delta * res)
+        return ((f.at[i].set(new), op.push(v, i, delta)),
+                -(0.5 * delta * delta / Ainv[i] + delta * res))
 
-    def pyramid(f, i):
+    def pyramid(fv, i):
+        f, v = fv
         idx, Ac = block(i, 2)
-        res = b[idx] + A[idx] @ f
+        res = op.rows(idx, f, v)
         old = f[idx]
         bc = res - Ac @ old
         mid = 0.5 * (old[0] + old[1])
@@ -321,13 +377,14 @@ def noslip(m: Model, d: State, p: _Problem, f, info: SolverInfo, has_cone: bool)
                                   jnp.stack([mid + y, mid - y])))
         new = jnp.where(k1 < MINVAL, jnp.stack([mid, mid]), new)
         new, change = _cost_change(Ac, new, old, res)
-        return f.at[idx].set(new), -change
+        return (f.at[idx].set(new), op.push(v, idx, new - old)), -change
 
-    def elliptic(f, i):
+    def elliptic(fv, i):
+        f, v = fv
         idx, Ac = block(i + 1, K - 1)
         c = p.rc[i]
         msk = jnp.arange(K - 1) < p.cdim[c] - 1
-        res = jnp.where(msk, b[idx] + A[idx] @ f, 0.0)
+        res = jnp.where(msk, op.rows(idx, f, v), 0.0)
         old = jnp.where(msk, f[idx], 0.0)
         Ac = jnp.where(msk[:, None] & msk[None, :], Ac, 0.0)
         bc = res - Ac @ old
@@ -336,19 +393,21 @@ def noslip(m: Model, d: State, p: _Problem, f, info: SolverInfo, has_cone: bool)
         ft = jnp.where(constrained, _project_ellipsoid(ft, f[i], fr, msk, False), ft)
         ft = jnp.where((f[i] < MINVAL) | ~msk, 0.0, ft)
         new, change = _cost_change(Ac, ft, old, res)
-        return f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), -change
+        v = op.push(v, idx, jnp.where(msk, new - old, 0.0))
+        return (f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), v), -change
 
     def sweep(f):
         def body(t, c):
-            f, imp = c
+            fv, imp = c
             i = blocks[t]
             branches = [friction, pyramid] + ([elliptic] if has_cone and K > 1 else [])
             which = jnp.where(k[i] == _FRIC, 0, jnp.where(p.pyr[i], 1, 2))
             which = jnp.minimum(which, len(branches) - 1)
-            f, dimp = lax.switch(which, branches, f, i)
-            return f, imp + dimp
+            fv, dimp = lax.switch(which, branches, fv, i)
+            return fv, imp + dimp
 
-        return lax.fori_loop(0, nblocks, body, (f, jnp.zeros((), dt)))
+        (f, _), imp = lax.fori_loop(0, nblocks, body, ((f, op.v_of(f)), jnp.zeros((), dt)))
+        return f, imp
 
     def cond(c):
         return ~c["done"] & (c["it"] < maxiter)

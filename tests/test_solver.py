@@ -317,12 +317,35 @@ def test_warmstart(solver_):
         assert int(out[3].niter) == 0
 
 
+_FAST_OPT = {"xla_backend_optimization_level": 0}
+
+
 @pytest.mark.parametrize("cone,solver_", [(PYRAMIDAL, NEWTON), (ELLIPTIC, CG)])
 def test_noslip(cone, solver_):
     m, d = _mujoco(SMALL, cone, solver_, 200, 1e-12, noslip=30)
     case, out = _run(SMALL, m, d)
     _check(m, d, case, out, 1e-12, dual=True)
     _check_stats(d, out[3], False, tol=1e-6, counts=cone == PYRAMIDAL)
+
+
+@pytest.mark.parametrize("cone,solver_,noslip", [(PYRAMIDAL, PGS, 0), (ELLIPTIC, PGS, 0),
+                                                  (ELLIPTIC, NEWTON, 30)])
+def test_dual_matrix_free(cone, solver_, noslip, monkeypatch):
+    """PGS and noslip without forming J M^-1 J' (the path of problems with many rows, forced
+    here on a small one): the same solution as MuJoCo's."""
+    from jaxsim import pgs as pgs_module
+
+    monkeypatch.setattr(pgs_module, "DENSE_MAX_ROWS", 0)
+    pgs = solver_ == PGS
+    m, d = _mujoco(SMALL, cone, solver_, 3000 if pgs else 200, 1e-15 if pgs else 1e-12,
+                   noslip=noslip)
+    efc, idx, act = _efc(m, d)
+    jm, js = _jaxsim(SMALL, m, d)
+    K = efc.contact_nrow
+    out = jax.jit(lambda m_, d_, e: solver.solve(m_, d_, e._replace(contact_nrow=K)),
+                  compiler_options=_FAST_OPT)(jm, js, efc)
+    out = jax.tree.map(np.asarray, out)
+    _check(m, d, (jm, js, efc, idx, act), out, 1e-7 if cone == ELLIPTIC else 1e-10, dual=True)
 
 
 _FAST = {"xla_backend_optimization_level": 0}
