@@ -162,25 +162,32 @@ def _dof_dampers(m: Model, d: State) -> jax.Array:
     return -d.qvel * poly_force(damping, dpoly, d.qvel, True)
 
 
-def _tendon_forces(m: Model, d: State, spring: bool, damper: bool):
-    """Tendon spring (with the lengthspring dead band) and damper forces along ten_J."""
+def tendon_passive(m: Model, d: State, spring: bool, damper: bool):
+    """(spring, damper) force along each tendon (ntendon,): springs with the lengthspring
+    dead band, dampers with the actuators' damping on tendons."""
     dt = _dtype(m)
-    zero = jnp.zeros(m.nv, dt)
-    if not m.ntendon:
-        return zero, zero
-    qs, qd = zero, zero
+    zero = jnp.zeros(m.ntendon, dt)
+    fs, fd = zero, zero
     if spring:
         length = d.ten_length
         lower, upper = m.tendon_lengthspring[:, 0], m.tendon_lengthspring[:, 1]
         x = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
-        frc = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)
-        qs = frc @ d.ten_J
+        fs = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)
     if damper:
         lin, poly = actuator_damping(m, (TrnType.TENDON,), m.ntendon)
         v = d.ten_velocity
-        frc = -v * poly_force(m.tendon_damping + lin, m.tendon_dampingpoly + poly, v, True)
-        qd = frc @ d.ten_J
-    return qs, qd
+        fd = -v * poly_force(m.tendon_damping + lin, m.tendon_dampingpoly + poly, v, True)
+    return fs, fd
+
+
+def _tendon_forces(m: Model, d: State, spring: bool, damper: bool):
+    """Tendon spring and damper forces along ten_J."""
+    dt = _dtype(m)
+    zero = jnp.zeros(m.nv, dt)
+    if not m.ntendon:
+        return zero, zero
+    fs, fd = tendon_passive(m, d, spring, damper)
+    return (fs @ d.ten_J if spring else zero), (fd @ d.ten_J if damper else zero)
 
 
 # ------------------------------------------------------------------- gravity compensation

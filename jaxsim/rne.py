@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, scan
-from jaxsim.types import Cone, DisableBit, Model, State, WrapType
+from jaxsim.types import Cone, DisableBit, Model, State, TrnType, WrapType
 
 
 def _dtype(m: Model):
@@ -247,6 +247,104 @@ def _constraint_ext(m: Model, d: State) -> jax.Array:
     return ext.at[0].set(0.0)
 
 
+def tendon_force(m: Model, d: State) -> jax.Array:
+    """Total force along each tendon (ntendon,): passive springs and dampers, actuators
+    with tendon transmissions (force x gear), and the constraint rows acting through the
+    tendon (friction loss, limits, tendon equalities)."""
+    from jaxsim import constraint, passive
+
+    flags = m.opt.disableflags
+    fs, fd = passive.tendon_passive(m, d, not flags & DisableBit.SPRING,
+                                    not flags & DisableBit.DAMPER)
+    F = fs + fd
+    if m.nu:
+        trn, tid = _np(m.actuator_trntype), _np(m.actuator_trnid).reshape(-1, 2)[:, 0]
+        sel = np.nonzero(trn == TrnType.TENDON)[0]
+        if len(sel):
+            F = F.at[tid[sel]].add(d.actuator_force[sel] * m.actuator_gear[sel, 0])
+    p = constraint.plan(m, d.contact.dist.shape[0])
+    if p.nfixed == 0 or d.efc_force.shape[0] != p.nefc:
+        return F
+    # generation order of the fixed rows (constraint._fixed_rows), then MuJoCo's positions
+    sizes = [len(p.eq_connect) * 3, len(p.eq_weld) * 6, len(p.eq_joint), len(p.eq_tendon),
+             len(p.fri_dof), len(p.fri_ten), len(p.lim_jnt) * 2, len(p.lim_ball),
+             len(p.lim_ten) * 2]
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    where = np.argsort(p.perm)  # generated row -> MuJoCo row
+    f = d.efc_force
+    if len(p.fri_ten):
+        F = F.at[p.fri_ten].add(f[where[off[5] + np.arange(len(p.fri_ten))]])
+    if len(p.lim_ten):
+        rows = where[off[8] + np.arange(2 * len(p.lim_ten))].reshape(-1, 2)
+        F = F.at[p.lim_ten].add(f[rows[:, 0]] - f[rows[:, 1]])  # lower +J, upper -J
+    if len(p.eq_tendon):
+        ids = p.eq_tendon
+        fe = f[where[off[3] + np.arange(len(ids))]]
+        o1, o2 = _np(m.eq_obj1id)[ids], _np(m.eq_obj2id)[ids]
+        F = F.at[o1].add(fe)
+        has2 = o2 >= 0
+        if has2.any():
+            o2c = np.where(has2, o2, o1)
+            c = m.eq_data[ids]
+            dif = d.ten_length[o2c] - m.tendon_length0[o2c]
+            deriv = (c[:, 1] + 2 * c[:, 2] * dif + 3 * c[:, 3] * dif * dif
+                     + 4 * c[:, 4] * dif * dif * dif)
+            F = F.at[o2c].add(jnp.where(jnp.asarray(has2), -deriv * fe, 0.0))
+    return F
+
+
+def _tendon_ext(m: Model, d: State) -> jax.Array:
+    """cfrc_ext of spatial tendons (MuJoCo 4.0): each straight piece of a tendon path pulls
+    the bodies at its two ends towards each other with the tendon's force (divided below
+    a pulley); pieces within one body cancel."""
+    from jaxsim.smooth import _tendon_plan
+
+    dt = _dtype(m)
+    ext = jnp.zeros((m.nbody, 6), dt)
+    p = _tendon_plan(m)
+    if not (len(p.st_ten) or len(p.wr_ten)):
+        return ext
+    F = tendon_force(m, d)
+    site_body, geom_body = _np(m.site_bodyid), _np(m.geom_bodyid)
+
+    def divisor(idx):
+        return jnp.where(jnp.asarray(idx >= 0), m.wrap_prm[np.maximum(idx, 0)], 1.0)
+
+    pieces = []  # (tendon, p0, b0, p1, b1, div, on)
+    if len(p.st_ten):
+        pieces.append((p.st_ten, d.site_xpos[p.st_s0], site_body[p.st_s0],
+                       d.site_xpos[p.st_s1], site_body[p.st_s1], divisor(p.st_div), None))
+    if len(p.wr_ten):
+        # the tangent points of each wrapped piece, as smooth.tendon finds them
+        x0, x1 = d.site_xpos[p.wr_s0], d.site_xpos[p.wr_s1]
+        g = p.wr_geom
+        side_id = jnp.round(m.wrap_prm[p.wr_wrap]).astype(jnp.int32)
+        side = d.site_xpos[jnp.clip(side_id, 0, max(m.nsite - 1, 0))] if m.nsite else x0
+        wlen, tangent = math.wrap(x0, x1, d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g, 0],
+                                   jnp.asarray(p.wr_sphere), side, side_id >= 0)
+        w = wlen >= 0
+        b0, b1, bg = site_body[p.wr_s0], site_body[p.wr_s1], geom_body[g]
+        div = divisor(p.wr_div)
+        t0 = jnp.where(w[:, None], tangent[:, :3], x1)
+        t1 = jnp.where(w[:, None], tangent[:, 3:], x0)
+        # wrapped: x0 -> t0 (site body to geom body) and t1 -> x1; else x0 -> x1 directly
+        pieces.append((p.wr_ten, x0, b0, t0, jnp.where(w, bg, b1), div, None))
+        pieces.append((p.wr_ten, t1, jnp.where(w, bg, b0), x1, b1, div, w))
+    root = jnp.asarray(_np(m.body_rootid))
+    for ten, p0, b0, p1, b1, div, on in pieces:
+        b0, b1 = jnp.asarray(b0), jnp.asarray(b1)
+        frc = -(F[ten] / div)[:, None] * math.normalize(p1 - p0)  # on b0 at p0, towards p1
+        live = b0 != b1
+        if on is not None:
+            live = live & on
+        frc = jnp.where(live[:, None], frc, 0.0)
+        for body, point, sign in ((b0, p0, 1.0), (b1, p1, -1.0)):
+            ref = d.subtree_com[root[body]]
+            wrench = jnp.concatenate([jnp.cross(point - ref, sign * frc), sign * frc], -1)
+            ext = ext.at[body].add(wrench)
+    return ext.at[0].set(0.0)
+
+
 def rne_post_constraint(m: Model, d: State) -> State:
     """Body accelerations and forces: cacc, cfrc_int, cfrc_ext. MuJoCo: mj_rnePostConstraint.
 
@@ -264,6 +362,8 @@ def rne_post_constraint(m: Model, d: State) -> State:
     cfrc_ext = cfrc_ext.at[0].set(0.0)
     if m.nv:
         cfrc_ext = cfrc_ext + _constraint_ext(m, d)
+    if m.ntendon and m.nv:
+        cfrc_ext = cfrc_ext + _tendon_ext(m, d)
 
     cacc = body_acc(m, d, d.qacc if m.nv else None)
     if not m.nv:

@@ -32,7 +32,6 @@ from jaxsim.types import (
     Stage,
     State,
     TrnType,
-    WrapType,
 )
 
 S = SensorType
@@ -63,18 +62,6 @@ def _np(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
-SPATIAL_TENDON_MSG = ("force and torque sensors in models with spatial tendons are not "
-                      "supported by jaxsim yet (MuJoCo 4.0 adds spatial tendon forces to "
-                      "cfrc_ext)")
-
-
-def _spatial_tendons(m: Model) -> bool:
-    if not m.ntendon:
-        return False
-    wt, adr, num = _np(m.wrap_type), _np(m.tendon_adr), _np(m.tendon_num)
-    return any(num[i] and wt[adr[i]] != WrapType.JOINT for i in range(m.ntendon))
-
-
 def unsupported(m: Model) -> list[tuple[int, str]]:
     """(sensor id, reason) of every sensor jaxsim cannot compute."""
     out = []
@@ -82,8 +69,6 @@ def unsupported(m: Model) -> list[tuple[int, str]]:
         if t not in SUPPORTED:
             name = S(t).name.lower() if t in S._value2member_map_ else str(t)
             out.append((i, f"{name} sensors are not supported by jaxsim"))
-        elif t in (S.FORCE, S.TORQUE) and _spatial_tendons(m):
-            out.append((i, SPATIAL_TENDON_MSG))
     return out
 
 

@@ -180,6 +180,48 @@ _CONTACT = '''
 for _cone, _dim in (("pyramidal", 3), ("elliptic", 4), ("pyramidal", 1)):
     MODELS[f"contact_{_cone}_{_dim}"] = _CONTACT.format(cone=_cone, condim=_dim)
 # each model is a compilation of forward; the default run covers each group once
+# spatial tendons pull on the bodies of their path points (cfrc_ext, MuJoCo 4.0): sites,
+# sphere and cylinder wrapping (side site), a pulley; spring, damper, actuator, friction
+# loss, limit and a tendon equality all act through the tendon force
+MODELS["spatial_tendon_forces"] = """
+<mujoco>
+  <worldbody>
+    <site name="w0" pos="0 0 1.2"/>
+    <body name="a" pos="0.2 0 1">
+      <joint name="ab" type="ball"/>
+      <geom size=".05"/>
+      <site name="sa" pos="0.1 0.05 0"/>
+      <site name="sideA" pos="0.25 0.2 0"/>
+      <body name="b" pos="0.3 0 0">
+        <joint name="bh" type="hinge" axis="0 1 0" range="-1 1"/>
+        <geom name="wrapS" type="sphere" size=".04"/>
+        <site name="sb" pos="0.15 0 0.03"/>
+        <site name="fb" pos="0 0 0"/>
+        <body name="c" pos="0.3 0 0">
+          <joint name="cs" type="slide" axis="1 0 0" range="-.1 .1"/>
+          <geom name="wrapC" type="cylinder" size=".03 .05" euler="90 0 0"/>
+          <site name="sc" pos="0.12 0 -0.02"/>
+          <site name="fc" pos="0 0 0"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial name="t1" stiffness="30" springlength="0.2" damping="0.5" frictionloss="0.3"
+             range="0.3 0.62">
+      <site site="w0"/><site site="sa"/><geom geom="wrapS" sidesite="sideA"/><site site="sb"/>
+      <pulley divisor="2"/>
+      <site site="sb"/><geom geom="wrapC"/><site site="sc"/>
+    </spatial>
+    <spatial name="t2" stiffness="5"><site site="sa"/><site site="sc"/></spatial>
+  </tendon>
+  <equality><tendon tendon1="t2" tendon2="t1" polycoef="0 0.5 0.2 0 0"/></equality>
+  <actuator><motor tendon="t1" gear="3"/></actuator>
+  <sensor>
+    <force site="fb"/><torque site="fb"/><force site="fc"/><torque site="fc"/>
+    <force site="sa"/><torque site="sa"/>
+  </sensor>
+</mujoco>"""
 FULL = {"contact_pyramidal_1"}
 
 

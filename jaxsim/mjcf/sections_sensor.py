@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.sections_common import nuser, sections
-from jaxsim.types import DataType, GeomType, JointType, ObjType, SensorType, Stage, WrapType
+from jaxsim.types import DataType, GeomType, JointType, ObjType, SensorType, Stage
 
 S = SensorType
 _SITE = (ObjType.SITE, "site")
@@ -315,14 +315,6 @@ _SIMULATED = frozenset({
     S.TACTILE})
 
 
-def _has_spatial_tendon(ctx) -> bool:
-    out = ctx.out
-    if not out.get("ntendon"):
-        return False
-    wt, adr, num = (np.asarray(out[k]) for k in ("wrap_type", "tendon_adr", "tendon_num"))
-    return any(num[i] and wt[adr[i]] != WrapType.JOINT for i in range(len(adr)))
-
-
 def _warn_uncomputed(ctx, s: dict, el) -> None:
     """Warns (naming the element, file and line) about a sensor jaxsim compiles but does not
     compute yet: its sensordata reads NaN. Sensors do not act on the physics, so the model
@@ -331,9 +323,6 @@ def _warn_uncomputed(ctx, s: dict, el) -> None:
     why = None
     if typ not in _SIMULATED:
         why = f"<{el.tag}> sensors ({S(typ).name.lower()}) are not computed by jaxsim yet"
-    elif typ in (S.FORCE, S.TORQUE) and _has_spatial_tendon(ctx):
-        why = ("force and torque sensors in models with spatial tendons are not computed by "
-               "jaxsim yet (MuJoCo 4.0 adds spatial tendon forces to cfrc_ext)")
     if why is not None:
         warnings.warn(f"{MJCFError(why, el)}; its sensordata reads NaN", UncomputedSensorWarning,
                       stacklevel=2)
