@@ -27,11 +27,13 @@ def _np(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _tol(dtype) -> float:
+def _tol(dtype, t):
     """Time equality tolerance: MuJoCo's mjMINVAL in float64. In single precision the
     accumulated time carries rounding far above it, so samples within a few ulps of a query
     time count as that time (zero-order hold would otherwise pick the previous sample)."""
-    return MINVAL if jnp.dtype(dtype) == jnp.float64 else 1e-6
+    if jnp.dtype(dtype) == jnp.float64:
+        return MINVAL
+    return 8 * jnp.finfo(dtype).eps * jnp.maximum(1.0, jnp.abs(t))
 
 
 def _maybe_positive(x) -> bool:
@@ -129,7 +131,7 @@ def insert(buf: jax.Array, n: int, dim: int, t, value: jax.Array, on=None) -> ja
     cursor, times, values = _logical(buf, n, dim)
     t = jnp.asarray(t, buf.dtype)
     i = jnp.sum(times < t, axis=1)  # times[i-1] < t <= times[i]
-    exact = (i < n) & (jnp.abs(t - _take(times, jnp.minimum(i, n - 1))) < _tol(buf.dtype))
+    exact = (i < n) & (jnp.abs(t - _take(times, jnp.minimum(i, n - 1))) < _tol(buf.dtype, t))
     k = jnp.where(exact | (i == 0), jnp.minimum(i, n - 1), i - 1)
     shift = ~exact & (i > 0)
     newcursor = jnp.where(~exact & (i == n), (cursor + 1) % n, cursor)
@@ -158,8 +160,8 @@ def read(buf: jax.Array, n: int, dim: int, t: jax.Array, interp: np.ndarray) -> 
     _, times, values = _logical(buf, n, dim)
     if n == 1:
         return values[:, 0]
-    tol = _tol(buf.dtype)
     t = jnp.asarray(t, buf.dtype)
+    tol = _tol(buf.dtype, t)
     before = t <= times[:, 0] + tol
     after = t >= times[:, -1] - tol
     i = jnp.clip(jnp.sum(times < t[:, None], axis=1), 1, n - 1)

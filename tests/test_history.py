@@ -153,3 +153,25 @@ def test_reads_and_out_of_order_inserts_match_mujoco():
         d = step(m, d)
         np.testing.assert_allclose(np.asarray(d.history), md.history, atol=1e-12,
                                    err_msg=f"insert at {t}")
+
+
+def test_float32_zero_order_hold_picks_the_delayed_sample():
+    """In single precision the accumulated time drifts by ulps; a delay of whole steps must
+    still apply the control of exactly that many steps before (not the one before it)."""
+    xml = """<mujoco><option timestep="0.002"/><worldbody><body><joint name="j"/>
+      <geom size=".1"/></body></worldbody>
+      <actuator><motor joint="j" nsample="4" delay="0.006"/></actuator></mujoco>"""
+    m = jaxsim.load_string(xml, dtype=jnp.float32)
+    ctrls = jnp.asarray(np.random.default_rng(4).uniform(-1, 1, 1500), jnp.float32)
+
+    @jax.jit
+    def run(d, u):
+        def body(d, c):
+            d = jaxsim.step(m, d.replace(ctrl=c[None]))
+            return d, d.actuator_force[0]
+        return jax.lax.scan(body, d, u)[1]
+
+    force = np.asarray(run(jaxsim.make_state(m), ctrls))
+    # step k applies the control given at step k - 3 (zeros before the first)
+    want = np.concatenate([np.zeros(3, np.float32), np.asarray(ctrls)[:-3]])
+    np.testing.assert_array_equal(force, want)
