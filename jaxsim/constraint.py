@@ -74,6 +74,25 @@ class Plan(NamedTuple):
     nefc: int
 
 
+# the non-contact rows in generation order (as `_fixed_rows` emits them): kind, rows per
+# object, MuJoCo section (equality, dof friction, tendon friction, joint and tendon limits)
+_ROW_KINDS = (("eq_connect", 3, 0), ("eq_weld", 6, 0), ("eq_joint", 1, 0), ("eq_tendon", 1, 0),
+              ("fri_dof", 1, 1), ("fri_ten", 1, 2), ("lim_jnt", 2, 3), ("lim_ball", 1, 3),
+              ("lim_ten", 2, 4))
+
+
+def row_positions(p: Plan, kind: str) -> np.ndarray:
+    """(len(ids), rows each) positions in efc_* (MuJoCo's order) of the rows of one kind."""
+    where = np.argsort(p.perm)  # generated row -> MuJoCo row
+    start = 0
+    for name, k, _ in _ROW_KINDS:
+        n = len(getattr(p, name))
+        if name == kind:
+            return where[start + np.arange(n * k)].reshape(n, k)
+        start += n * k
+    raise ValueError(f"unknown row kind {kind!r}")
+
+
 def _maybe(x, test) -> np.ndarray:
     """Entries whose parameter may pass `test`: all if traced, else the concrete test."""
     if isinstance(x, jax.core.Tracer):
@@ -161,15 +180,8 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
             for r in range(k):
                 keys.append((section, int(i), r))
 
-    add(0, kinds["eq_connect"], 3)
-    add(0, kinds["eq_weld"], 6)
-    add(0, kinds["eq_joint"], 1)
-    add(0, kinds["eq_tendon"], 1)
-    add(1, kinds["fri_dof"], 1)
-    add(2, kinds["fri_ten"], 1)
-    add(3, kinds["lim_jnt"], 2)
-    add(3, kinds["lim_ball"], 1)
-    add(4, kinds["lim_ten"], 2)
+    for name, k, section in _ROW_KINDS:
+        add(section, kinds[name], k)
     keys = np.asarray(keys, np.int64).reshape(-1, 3)
     perm = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0])) if len(keys) else empty
     nfixed = len(keys)
@@ -392,6 +404,11 @@ def _weld(m: Model, d: State, ids: np.ndarray) -> dict:
                 diag=diag.reshape(-1), jdotv=jdotv)
 
 
+def coupling_slope(c: jax.Array, dif: jax.Array) -> jax.Array:
+    """d poly / d x2 of a joint or tendon coupling with coefficients c (k, 5)."""
+    return c[:, 1] + 2 * c[:, 2] * dif + 3 * c[:, 3] * dif * dif + 4 * c[:, 4] * dif * dif * dif
+
+
 def _coupling(m: Model, d: State, ids: np.ndarray, joint: bool) -> dict:
     """Joint / tendon couplings: x1 - x1_0 = poly(x2 - x2_0) (or a constant)."""
     o1, o2 = _np(m.eq_obj1id)[ids], _np(m.eq_obj2id)[ids]
@@ -413,7 +430,7 @@ def _coupling(m: Model, d: State, ids: np.ndarray, joint: bool) -> dict:
     dif = x2 - r2
     poly = (c[:, 1] * dif + c[:, 2] * dif * dif + c[:, 3] * dif * dif * dif
             + c[:, 4] * dif * dif * dif * dif)
-    deriv = c[:, 1] + 2 * c[:, 2] * dif + 3 * c[:, 3] * dif * dif + 4 * c[:, 4] * dif * dif * dif
+    deriv = coupling_slope(c, dif)
     h = jnp.asarray(has2)
     pos = jnp.where(h, x1 - r1 - c[:, 0] - poly, x1 - r1 - c[:, 0])
     J = jnp.where(h[:, None], J1 + (-deriv)[:, None] * J2, J1)

@@ -265,31 +265,23 @@ def tendon_force(m: Model, d: State) -> jax.Array:
     p = constraint.plan(m, d.contact.dist.shape[0])
     if p.nfixed == 0 or d.efc_force.shape[0] != p.nefc:
         return F
-    # generation order of the fixed rows (constraint._fixed_rows), then MuJoCo's positions
-    sizes = [len(p.eq_connect) * 3, len(p.eq_weld) * 6, len(p.eq_joint), len(p.eq_tendon),
-             len(p.fri_dof), len(p.fri_ten), len(p.lim_jnt) * 2, len(p.lim_ball),
-             len(p.lim_ten) * 2]
-    off = np.concatenate([[0], np.cumsum(sizes)])
-    where = np.argsort(p.perm)  # generated row -> MuJoCo row
     f = d.efc_force
     if len(p.fri_ten):
-        F = F.at[p.fri_ten].add(f[where[off[5] + np.arange(len(p.fri_ten))]])
+        F = F.at[p.fri_ten].add(f[constraint.row_positions(p, "fri_ten")[:, 0]])
     if len(p.lim_ten):
-        rows = where[off[8] + np.arange(2 * len(p.lim_ten))].reshape(-1, 2)
+        rows = constraint.row_positions(p, "lim_ten")
         F = F.at[p.lim_ten].add(f[rows[:, 0]] - f[rows[:, 1]])  # lower +J, upper -J
     if len(p.eq_tendon):
         ids = p.eq_tendon
-        fe = f[where[off[3] + np.arange(len(ids))]]
+        fe = f[constraint.row_positions(p, "eq_tendon")[:, 0]]
         o1, o2 = _np(m.eq_obj1id)[ids], _np(m.eq_obj2id)[ids]
         F = F.at[o1].add(fe)
         has2 = o2 >= 0
-        if has2.any():
+        if has2.any():  # the second tendon carries -slope times the row's force
             o2c = np.where(has2, o2, o1)
-            c = m.eq_data[ids]
             dif = d.ten_length[o2c] - m.tendon_length0[o2c]
-            deriv = (c[:, 1] + 2 * c[:, 2] * dif + 3 * c[:, 3] * dif * dif
-                     + 4 * c[:, 4] * dif * dif * dif)
-            F = F.at[o2c].add(jnp.where(jnp.asarray(has2), -deriv * fe, 0.0))
+            slope = constraint.coupling_slope(m.eq_data[ids], dif)
+            F = F.at[o2c].add(jnp.where(jnp.asarray(has2), -slope * fe, 0.0))
     return F
 
 
@@ -297,7 +289,7 @@ def _tendon_ext(m: Model, d: State) -> jax.Array:
     """cfrc_ext of spatial tendons (MuJoCo 4.0): each straight piece of a tendon path pulls
     the bodies at its two ends towards each other with the tendon's force (divided below
     a pulley); pieces within one body cancel."""
-    from jaxsim.smooth import _tendon_plan
+    from jaxsim.smooth import _tendon_plan, wrap_divisor, wrap_tangents
 
     dt = _dtype(m)
     ext = jnp.zeros((m.nbody, 6), dt)
@@ -306,25 +298,17 @@ def _tendon_ext(m: Model, d: State) -> jax.Array:
         return ext
     F = tendon_force(m, d)
     site_body, geom_body = _np(m.site_bodyid), _np(m.geom_bodyid)
-
-    def divisor(idx):
-        return jnp.where(jnp.asarray(idx >= 0), m.wrap_prm[np.maximum(idx, 0)], 1.0)
-
     pieces = []  # (tendon, p0, b0, p1, b1, div, on)
     if len(p.st_ten):
         pieces.append((p.st_ten, d.site_xpos[p.st_s0], site_body[p.st_s0],
-                       d.site_xpos[p.st_s1], site_body[p.st_s1], divisor(p.st_div), None))
+                       d.site_xpos[p.st_s1], site_body[p.st_s1], wrap_divisor(m, p.st_div),
+                       None))
     if len(p.wr_ten):
-        # the tangent points of each wrapped piece, as smooth.tendon finds them
         x0, x1 = d.site_xpos[p.wr_s0], d.site_xpos[p.wr_s1]
-        g = p.wr_geom
-        side_id = jnp.round(m.wrap_prm[p.wr_wrap]).astype(jnp.int32)
-        side = d.site_xpos[jnp.clip(side_id, 0, max(m.nsite - 1, 0))] if m.nsite else x0
-        wlen, tangent = math.wrap(x0, x1, d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g, 0],
-                                   jnp.asarray(p.wr_sphere), side, side_id >= 0)
+        wlen, tangent = wrap_tangents(m, d, p)
         w = wlen >= 0
-        b0, b1, bg = site_body[p.wr_s0], site_body[p.wr_s1], geom_body[g]
-        div = divisor(p.wr_div)
+        b0, b1, bg = site_body[p.wr_s0], site_body[p.wr_s1], geom_body[p.wr_geom]
+        div = wrap_divisor(m, p.wr_div)
         t0 = jnp.where(w[:, None], tangent[:, :3], x1)
         t1 = jnp.where(w[:, None], tangent[:, 3:], x0)
         # wrapped: x0 -> t0 (site body to geom body) and t1 -> x1; else x0 -> x1 directly

@@ -341,6 +341,22 @@ def _segment_jac(m, d, p0, b0, p1, b1):
     return rows * jnp.asarray(b0 != b1, rows.dtype)[:, None]
 
 
+def wrap_divisor(m: Model, idx: np.ndarray) -> jax.Array:
+    """Pulley divisor of path pieces (wrap index of their pulley, -1 for none: 1)."""
+    return jnp.where(jnp.asarray(idx >= 0), m.wrap_prm[np.maximum(idx, 0)], 1.0)
+
+
+def wrap_tangents(m: Model, d: State, p: _TendonPlan):
+    """(arc length, or -1 where the piece does not wrap; tangent points (k, 6)) of the
+    wrapped pieces of the tendon plan (mju_wrap around spheres and cylinders)."""
+    x0, x1 = d.site_xpos[p.wr_s0], d.site_xpos[p.wr_s1]
+    g = p.wr_geom
+    side_id = jnp.round(m.wrap_prm[p.wr_wrap]).astype(jnp.int32)
+    side = d.site_xpos[jnp.clip(side_id, 0, max(m.nsite - 1, 0))] if m.nsite else x0
+    return math.wrap(x0, x1, d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g, 0],
+                     jnp.asarray(p.wr_sphere), side, side_id >= 0)
+
+
 def tendon(m: Model, d: State) -> State:
     """Tendon lengths, dense Jacobians and wrap paths. MuJoCo: mj_tendon.
 
@@ -362,7 +378,7 @@ def tendon(m: Model, d: State) -> State:
         J = J.at[p.fix_ten, _np(m.jnt_dofadr)[p.fix_jnt]].add(coef)
 
     def divisor(idx):
-        return jnp.where(jnp.asarray(idx >= 0), m.wrap_prm[np.maximum(idx, 0)], 1.0)
+        return wrap_divisor(m, idx)
 
     site_body = _np(m.site_bodyid)
     if len(p.st_ten):
@@ -377,13 +393,7 @@ def tendon(m: Model, d: State) -> State:
     if len(p.wr_ten):
         x0, x1 = d.site_xpos[p.wr_s0], d.site_xpos[p.wr_s1]
         g = p.wr_geom
-        side_id = jnp.round(m.wrap_prm[p.wr_wrap]).astype(jnp.int32)
-        has_side = side_id >= 0
-        side = d.site_xpos[jnp.clip(side_id, 0, max(m.nsite - 1, 0))] if m.nsite else x0
-        wlen, tangent = math.wrap(
-            x0, x1, d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g, 0],
-            jnp.asarray(p.wr_sphere), side, has_side,
-        )
+        wlen, tangent = wrap_tangents(m, d, p)
         wrapped = wlen >= 0
         t0, t1 = tangent[:, :3], tangent[:, 3:]
         div = divisor(p.wr_div)
