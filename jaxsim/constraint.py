@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import math, scan
+from jaxsim import math, scan, sleep
 from jaxsim.efc import Efc
 from jaxsim.types import (
     Cone,
@@ -91,6 +91,26 @@ def row_positions(p: Plan, kind: str) -> np.ndarray:
             return where[start + np.arange(n * k)].reshape(n, k)
         start += n * k
     raise ValueError(f"unknown row kind {kind!r}")
+
+
+_KIND_TYPES = {"eq_connect": ConstraintType.EQUALITY, "eq_weld": ConstraintType.EQUALITY,
+               "eq_joint": ConstraintType.EQUALITY, "eq_tendon": ConstraintType.EQUALITY,
+               "fri_dof": ConstraintType.FRICTION_DOF, "fri_ten": ConstraintType.FRICTION_TENDON,
+               "lim_jnt": ConstraintType.LIMIT_JOINT, "lim_ball": ConstraintType.LIMIT_JOINT,
+               "lim_ten": ConstraintType.LIMIT_TENDON}
+
+
+def fixed_row_objects(p: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """(nfixed,) type and object id of each non-contact row, in MuJoCo's order."""
+    types = np.zeros(p.nfixed, np.int64)
+    ids = np.zeros(p.nfixed, np.int64)
+    for name, k, _ in _ROW_KINDS:
+        obj = np.asarray(getattr(p, name), np.int64)
+        if len(obj):
+            pos = row_positions(p, name)
+            types[pos] = int(_KIND_TYPES[name])
+            ids[pos] = obj[:, None]
+    return types, ids
 
 
 def _maybe(x, test) -> np.ndarray:
@@ -640,6 +660,8 @@ def make_constraint(m: Model, d: State) -> Efc:
     nv = m.nv
 
     fx = _fixed_rows(m, d, p)
+    if fx is not None and sleep.enabled(m):
+        fx = fx._replace(active=fx.active & sleep.rows_awake(m, d, fx.type, fx.id))
     cr = _contact_rows(m, d, p) if p.nrow else None
     nc = p.ncon * p.nrow
 

@@ -18,6 +18,7 @@ from jaxsim import integrator as _integrator
 from jaxsim import passive as _passive
 from jaxsim import rne as _rne
 from jaxsim import sensor as _sensor
+from jaxsim import sleep as _sleep
 from jaxsim import smooth
 from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
@@ -34,13 +35,21 @@ def _np(x) -> np.ndarray:
 def fwd_position(m: Model, d: State) -> State:
     """Position-dependent quantities and contacts. MuJoCo: mj_fwdPosition (the constraint
     rows are built in fwd_constraint, where the velocities they need exist)."""
+    asleep = _sleep.enabled(m)
+    d_in = d
     d = smooth.kinematics(m, d)
+    if asleep:
+        d = _sleep.wake_perturbed(m, d_in, d)
     d = smooth.com_pos(m, d)
     d = smooth.camlight(m, d)
     d = smooth.tendon(m, d)
+    if asleep:
+        d = _sleep.wake_tendon(m, d)
     d = smooth.make_m(m, d)
     d = smooth.factor_m(m, d)
     d = _collision.collision(m, d)
+    if asleep:
+        d = _sleep.wake_equality(m, _sleep.wake_collision(m, d))
     return smooth.transmission(m, d)
 
 
@@ -88,6 +97,8 @@ def fwd_constraint(m: Model, d: State) -> State:
     """Constraint rows, forces and the constrained acceleration. MuJoCo: mj_makeConstraint,
     mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py)."""
     efc = _constraint.make_constraint(m, d)
+    if _sleep.enabled(m):
+        d = d.replace(tree_island=_islands(m, d, efc))
     if efc.J.shape[0] == 0:
         return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
                          efc_force=jnp.zeros(0, d.qacc.dtype))
@@ -97,6 +108,18 @@ def fwd_constraint(m: Model, d: State) -> State:
     return d.replace(qacc=qacc, qfrc_constraint=efc.J.T @ force, efc_force=force,
                      efc_state=state.astype(jnp.int32), efc_active=efc.active,
                      solver_niter=jnp.asarray(info.niter, jnp.int32), contact=con)
+
+
+def _islands(m: Model, d: State, efc) -> jax.Array:
+    """Constraint islands of the rows just built (mj_island); none with the island flag
+    disabled."""
+    if m.opt.disableflags & DisableBit.ISLAND or efc.J.shape[0] == 0:
+        return jnp.full(m.ntree, -1, jnp.int32)
+    p = _constraint.plan(m, d.contact.dist.shape[0])
+    types, ids = _constraint.fixed_row_objects(p)
+    fixed = _sleep.row_trees(m, types, ids)
+    con_on = efc.contact_dim > 0 if p.nrow else None
+    return _sleep.islands(m, d, fixed, efc.active[:p.nfixed], con_on)
 
 
 # ------------------------------------------------------------------------ value checks
@@ -188,12 +211,15 @@ def forward_skip(m: Model, d: State, skipstage: int = Stage.NONE,
     already in `d`, Stage.VEL also the velocity stage. With `skipsensor` no sensor is
     computed (sensordata keeps its values).
     """
+    d_in = d
     d = pos_vel_stages(m, d, skipstage, skipsensor)
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
     d = fwd_constraint(m, d)
     if not skipsensor:
         d = acc_sensors(m, d)
+    if _sleep.enabled(m):
+        d = _sleep.hold(m, d_in, d, sensors=not skipsensor)
     return d
 
 

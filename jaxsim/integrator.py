@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from jaxsim import actuation, history, math, passive, rne, scan, sensor, smooth
+from jaxsim import sleep as _sleep
 from jaxsim.types import (
     BiasType,
     DisableBit,
@@ -32,6 +33,7 @@ from jaxsim.types import (
     Integrator,
     JointType,
     Model,
+    Stage,
     State,
     TrnType,
 )
@@ -130,10 +132,37 @@ def advance(m: Model, d: State, act_dot: jax.Array, qacc: jax.Array,
     if hist is None:
         hist = _advance_history(m, d)
     act = _next_act(m, d, act_dot)
+    if _sleep.enabled(m):
+        return _advance_sleeping(m, d, act, qacc, qvel, hist)
     new_qvel = d.qvel + h * qacc
     qpos = integrate_pos(m, d.qpos, new_qvel if qvel is None else qvel, h)
     return d.replace(act=act, qvel=new_qvel, qpos=qpos, time=d.time + h,
                      qacc_warmstart=d.qacc, history=hist)
+
+
+def _advance_sleeping(m: Model, d: State, act, qacc, qvel, hist) -> State:
+    """advance with sleeping islands (mj_sleep inside mj_advance): islands whose trees are
+    all ready fall asleep with zero velocity; if any did, the velocity and acceleration
+    stages run again at the new velocities (mj_forwardSkip from the velocity stage), so the
+    values a sleeping tree keeps are those at rest. Then only awake dofs and bodies are
+    integrated, with the accelerations computed before."""
+    from jaxsim.forward import forward_skip
+
+    h = m.opt.timestep
+    ta, went = _sleep.fall_asleep(m, d)
+    ds = _sleep.dof_asleep(m, ta)
+    zero = jnp.zeros_like(d.qvel)
+    d = d.replace(qvel=jnp.where(ds, zero, d.qvel), act=act, history=hist)
+    d = lax.cond(jnp.any(went), lambda x: forward_skip(m, x, Stage.POS), lambda x: x, d)
+    new_qvel = jnp.where(ds, zero, d.qvel + h * qacc)
+    vel = new_qvel if qvel is None else jnp.where(ds, zero, qvel)
+    qpos = integrate_pos(m, d.qpos, vel, h)
+    if m.nq:
+        jtree = np.asarray(m.body_treeid)[np.asarray(m.jnt_bodyid)]
+        qtree = np.repeat(jtree, [{0: 7, 1: 4}.get(int(t), 1) for t in m.jnt_type])
+        qpos = jnp.where(ta[np.maximum(qtree, 0)] >= 0, d.qpos, qpos)
+    return d.replace(qvel=new_qvel, qpos=qpos, time=d.time + h, qacc_warmstart=d.qacc,
+                     tree_asleep=ta)
 
 
 # ------------------------------------------------------------------ velocity derivatives

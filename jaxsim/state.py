@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim.struct import shape_of
-from jaxsim.types import Contact, Model, State
+from jaxsim.types import Contact, Model, SleepPolicy, State
 
 _INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning",
-               "efc_state", "solver_niter")
+               "efc_state", "solver_niter", "tree_asleep", "tree_island")
 
 
 def make_state(model: Model, keyframe: int | None = None, ncon: int | None = None) -> State:
@@ -47,6 +47,14 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
 
     fields["history"] = _init_history(model)
     fields["eq_active"] = jnp.asarray(np.asarray(model.eq_active0), dt)
+    from jaxsim import sleep
+
+    fields["tree_asleep"] = jnp.full(model.ntree, sleep.AWAKE, jnp.int32)
+    fields["tree_island"] = jnp.full(model.ntree, -1, jnp.int32)
+    state = State(**fields)
+    if sleep.enabled(model) and np.any(np.asarray(model.tree_sleep_policy) == SleepPolicy.INIT):
+        state = _init_asleep(model, state)
+        fields = {k: getattr(state, k) for k in State.field_info()}
     if keyframe is not None:
         if not 0 <= keyframe < model.nkey:
             raise IndexError(f"keyframe {keyframe} out of range (model has {model.nkey})")
@@ -56,3 +64,39 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
         if model.nmocap:
             fields.update(mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k])
     return State(**fields)
+
+
+def _init_asleep(model: Model, state: State) -> State:
+    """Puts the trees with sleep policy "init" to sleep, as mj_resetData: forward at the
+    initial state, then the sleep step with those trees ready; every one must fall asleep
+    (with the islands they form), else ValueError. Inside a trace (an autoreset in `step`)
+    the model's values are unknown, and the trees start awake instead."""
+    import jax
+
+    from jaxsim import sleep
+    from jaxsim.forward import forward
+
+    staged = isinstance(jnp.zeros(()) + 0, jax.core.Tracer)  # inside jit / vmap / grad
+    if staged or any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(model)):
+        return state
+    d = jax.jit(forward)(model, state)
+    init = np.asarray(model.tree_sleep_policy) == SleepPolicy.INIT
+    d = d.replace(tree_asleep=jnp.where(jnp.asarray(init), -1, sleep.AWAKE).astype(jnp.int32))
+    ta, went = sleep.fall_asleep(model, d)
+    went = np.asarray(went)
+    if np.any(init & ~went):
+        t = int(np.nonzero(init & ~went)[0][0])
+        root = int(model.tree_bodyadr[t])
+        name = model.id2name(1, root)
+        raise ValueError(
+            f"{int(init.sum())} trees were marked as sleep='init' but only "
+            f"{int((init & went).sum())} could be slept; body '{name}' (id={root}) is the root "
+            "of the first tree that could not (its island holds a tree that may not sleep "
+            "initially)")
+    ds = sleep.dof_asleep(model, ta)
+    zero = jnp.zeros_like(d.qvel)
+    # mj_resetData clears the smooth accelerations and the constraint arena afterwards
+    return d.replace(tree_asleep=ta, qvel=jnp.where(ds, zero, d.qvel),
+                     qacc=jnp.where(ds, zero, d.qacc), qacc_smooth=zero, qfrc_smooth=zero,
+                     efc_force=jnp.zeros_like(d.efc_force),
+                     efc_active=jnp.zeros_like(d.efc_active))

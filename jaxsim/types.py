@@ -55,6 +55,25 @@ class EnableBit(enum.IntFlag):
     SPECULATIVE = 1 << 7
 
 
+class SleepPolicy(enum.IntEnum):
+    """Sleep policy of a kinematic tree (mjtSleepPolicy); the compiler resolves AUTO."""
+
+    AUTO = 0
+    AUTO_NEVER = 1
+    AUTO_ALLOWED = 2
+    NEVER = 3
+    ALLOWED = 4
+    INIT = 5
+
+
+class SleepState(enum.IntEnum):
+    """Sleep state of an object (mjtSleepState)."""
+
+    STATIC = -1
+    ASLEEP = 0
+    AWAKE = 1
+
+
 class JointType(enum.IntEnum):
     FREE = 0
     BALL = 1
@@ -517,6 +536,7 @@ class Model(Struct):
     tree_bodynum: np.ndarray = static("(ntree,)", "number of bodies of each tree")
     tree_dofadr: np.ndarray = static("(ntree,)", "first dof of each tree")
     tree_dofnum: np.ndarray = static("(ntree,)", "number of dofs of each tree")
+    tree_sleep_policy: np.ndarray = static("(ntree,)", "sleep policy of each tree (SleepPolicy)")
 
     # geoms
     geom_type: np.ndarray = static("(ngeom,)", "geometric type (GeomType)")
@@ -825,6 +845,8 @@ class State(Struct):
     eq_active: Array = leaf("(neq,)", "enable/disable equality constraints")
     mocap_pos: Array = leaf("(nmocap, 3)", "positions of mocap bodies")
     mocap_quat: Array = leaf("(nmocap, 4)", "orientations of mocap bodies")
+    tree_asleep: Array = leaf("(ntree,)", "sleep state of each tree: < 0 awake (-1: ready to "
+                              "sleep), >= 0 asleep (the next tree of its sleeping island)")
     qacc: Array = leaf("(nv,)", "acceleration")
     act_dot: Array = leaf("(na,)", "time derivative of the activation")
 
@@ -888,6 +910,8 @@ class State(Struct):
     efc_state: Array = leaf("(nefc,)", "constraint state per row (ConstraintState)")
     efc_active: Array = leaf("(nefc,)", "true where the row exists in MuJoCo now")
     solver_niter: Array = leaf("()", "number of solver iterations")
+    tree_island: Array = leaf("(ntree,)", "constraint island of each tree, named by its "
+                              "smallest tree id; -1 if no constraint row touches the tree")
     solver_fwdinv: Array = leaf("(2,)", "fwdinv flag: |qfrc_constraint| and |qfrc_inverse| "
                                 "differences between forward and inverse dynamics")
     overflow: Array = leaf("()", "true when a fixed buffer was too small for this state")

@@ -20,10 +20,20 @@ from jaxsim.mjcf.context import Compiler, Ctx
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.parse import SRC, Defaults, Source, read_tree, validate
 from jaxsim.struct import shape_of
-from jaxsim.types import DisableBit, EnableBit, Model, ObjType, Option
+from jaxsim.types import (
+    DisableBit,
+    EnableBit,
+    EqType,
+    Model,
+    ObjType,
+    Option,
+    SleepPolicy,
+    TrnType,
+    WrapType,
+)
 
 # option flags whose effect jaxsim does not implement
-_UNSUPPORTED_ENABLE = {"sleep": "sleeping islands"}
+_UNSUPPORTED_ENABLE: dict[str, str] = {}
 _UNSUPPORTED_DISABLE = {"nativeccd": "libccd convex collisions"}
 
 
@@ -171,6 +181,8 @@ def read_option(ctx: Ctx) -> None:
                 else:
                     bit = int(EnableBit[k.upper()])
                     enable = (enable | bit) if on else (enable & ~bit)
+                if on and k == "sleep":
+                    ctx.sleep_flag = fl
                 if on and k in _UNSUPPORTED_ENABLE:
                     # changes the physics (frozen trees, skipped collisions): refuse
                     raise MJCFError(f'<flag {k}="enable"> ({_UNSUPPORTED_ENABLE[k]}) is not '
@@ -266,6 +278,72 @@ def _set_total_mass(ctx: Ctx, total: float) -> None:
     out["body_inertia"] = out["body_inertia"] * scale
 
 
+def _sleep_policy(ctx: Ctx) -> None:
+    """Resolves the AUTO sleep policy of each tree as MuJoCo's compiler does: trees with an
+    actuator, or joined to another tree by a tendon with stiffness, damping or an actuator
+    (or by a tendon spanning more than two trees), never sleep; the rest may."""
+    out = ctx.out
+    policy = np.asarray(out.get("tree_sleep_policy", np.zeros(0, np.int64))).copy()
+    if not len(policy):
+        return
+    btree = np.asarray(out["body_treeid"])
+    trn = np.asarray(out.get("actuator_trnid", np.zeros((0, 2), np.int64))).reshape(-1, 2)
+    ttype = np.asarray(out.get("actuator_trntype", np.zeros(0, np.int64)))
+    tree_of = {TrnType.JOINT: lambda i: btree[out["jnt_bodyid"][i]],
+               TrnType.JOINTINPARENT: lambda i: btree[out["jnt_bodyid"][i]],
+               TrnType.SITE: lambda i: btree[out["site_bodyid"][i]],
+               TrnType.SLIDERCRANK: lambda i: btree[out["site_bodyid"][i]],
+               TrnType.BODY: lambda i: btree[i]}
+
+    def never(t):
+        if t >= 0 and policy[t] == SleepPolicy.AUTO:
+            policy[t] = SleepPolicy.AUTO_NEVER
+
+    def path_trees(k):
+        owner = {WrapType.JOINT: "jnt_bodyid", WrapType.SITE: "site_bodyid",
+                 WrapType.SPHERE: "geom_bodyid", WrapType.CYLINDER: "geom_bodyid"}
+        trees = []
+        for j in range(out["tendon_adr"][k], out["tendon_adr"][k] + out["tendon_num"][k]):
+            key = owner.get(int(out["wrap_type"][j]))
+            if key is not None:
+                t = int(btree[out[key][out["wrap_objid"][j]]])
+                if t >= 0 and t not in trees:
+                    trees.append(t)
+        return trees
+
+    for a in range(len(ttype)):
+        if ttype[a] == TrnType.TENDON:
+            for t in path_trees(trn[a, 0]):
+                never(t)
+        elif ttype[a] in tree_of:
+            never(int(tree_of[ttype[a]](trn[a, 0])))
+    tact = np.zeros(out.get("ntendon", 0), bool)
+    for a in range(len(ttype)):
+        if ttype[a] == TrnType.TENDON:
+            tact[trn[a, 0]] = True
+    for k in range(out.get("ntendon", 0)):
+        n = int(out["tendon_treenum"][k])
+        passive = (out["tendon_stiffness"][k] != 0 or np.any(out["tendon_stiffnesspoly"][k] != 0)
+                   or out["tendon_damping"][k] != 0 or np.any(out["tendon_dampingpoly"][k] != 0)
+                   or tact[k])
+        if n < 2 or (n == 2 and not passive):
+            continue
+        for t in path_trees(k):
+            if policy[t] in (SleepPolicy.ALLOWED, SleepPolicy.INIT):
+                why = ("spans more than 2 trees" if n > 2
+                       else "has non-zero stiffness or damping")
+                raise MJCFError(f"tree {t} is connected to tendon {k}, which {why}: "
+                                "sleeping not allowed")
+            never(t)
+    policy[policy == SleepPolicy.AUTO] = SleepPolicy.AUTO_ALLOWED
+    out["tree_sleep_policy"] = policy
+    if ctx.option.get("enableflags", 0) & EnableBit.SLEEP and np.any(
+            np.asarray(out.get("eq_type", [])) == EqType.TENDON):
+        raise MJCFError("tendon equality constraints do not support sleeping (MuJoCo stops "
+                        "with an error when it checks them)", getattr(ctx, "sleep_flag", None),
+                        "sleep")
+
+
 def _finish(ctx: Ctx, dtype) -> Model:
     import jax
     import jax.numpy as jnp
@@ -273,6 +351,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     from jaxsim import constants, hostnp
 
     out = ctx.out
+    _sleep_policy(ctx)
     # counts of sections not filled by a pass
     for k in Model.size_names():
         out.setdefault(k, 0)

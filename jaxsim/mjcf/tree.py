@@ -25,7 +25,7 @@ from jaxsim.mjcf.geom import (
     geom_volume,
 )
 from jaxsim.mjcf.parse import SRC
-from jaxsim.types import GeomType, JointType, ObjType, SameFrame
+from jaxsim.types import GeomType, JointType, ObjType, SameFrame, SleepPolicy
 
 FRAME_EPS = 1e-6  # poses closer than this count as equal (sameframe flags)
 MINVAL = 1e-15
@@ -458,6 +458,17 @@ def compile_tree(ctx: Ctx) -> None:
             nM += 1
             j = dof_parentid[j]
     tree_bodyadr, tree_bodynum, tree_dofadr, tree_dofnum = [], [], [], []
+    # sleep policy: 'auto' unless the tree's root body says otherwise (the compiler
+    # resolves 'auto' once actuators and tendons are known, see compile._sleep_policy)
+    policy = np.full(ntree, SleepPolicy.AUTO, dtype=np.int64)
+    for n in nodes[1:]:
+        sp = battrs[n.id]["sleep"]
+        if sp is None or sp == "auto":
+            continue
+        t = body_treeid[n.id]
+        if t < 0 or t == body_treeid[n.id - 1]:
+            raise battrs[n.id].error("sleep policy only allowed for movable root bodies", "sleep")
+        policy[t] = SleepPolicy[sp.upper()]
     for t in range(ntree):
         bs = np.nonzero(body_treeid == t)[0]
         ds = np.nonzero(dof_treeid == t)[0]
@@ -494,7 +505,7 @@ def compile_tree(ctx: Ctx) -> None:
         tree_bodyadr=np.array(tree_bodyadr, dtype=np.int64),
         tree_bodynum=np.array(tree_bodynum, dtype=np.int64),
         tree_dofadr=np.array(tree_dofadr, dtype=np.int64),
-        tree_dofnum=np.array(tree_dofnum, dtype=np.int64),
+        tree_dofnum=np.array(tree_dofnum, dtype=np.int64), tree_sleep_policy=policy,
     )
     _pad_user(ctx, "body_user", "nuser_body", body_user, [n.el for n in nodes])
     # joints and dofs
