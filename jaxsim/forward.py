@@ -44,7 +44,7 @@ def fwd_position(m: Model, d: State) -> State:
     d = smooth.camlight(m, d)
     d = smooth.tendon(m, d)
     if asleep:
-        d = _sleep.wake_tendon(m, d)
+        d = _sleep.wake_tendon(m, _sleep.clear_sleeping_tendons(m, d))
     d = smooth.make_m(m, d)
     d = smooth.factor_m(m, d)
     d = _collision.collision(m, d)

@@ -17,7 +17,8 @@ Everything is computed for every tree, awake or not (fixed shapes, no data-depen
 control flow); sleeping only selects. Quantities of a sleeping tree that MuJoCo stops
 updating and that can differ from a fresh evaluation (qacc, qacc_smooth, qfrc_smooth,
 qfrc_actuator, actuator forces and activation rates of sleeping actuators, values of
-sleeping sensors) keep the values they had when the tree fell asleep. Positions and
+sleeping sensors, and the bias and passive forces) keep the values they had when the tree
+fell asleep; sleeping tendons read zero length and Jacobian, as in MuJoCo. Positions and
 velocity-dependent quantities of a sleeping tree are recomputed: with unchanged qpos and
 zero qvel they equal the ones MuJoCo keeps. Two differences from MuJoCo: when an island
 falls asleep MuJoCo recomputes the velocity and acceleration stages with its velocities
@@ -263,6 +264,16 @@ def _can_sleep(m: Model, d: State, tol: float | jax.Array) -> jax.Array:
     return ok
 
 
+def clear_sleeping_tendons(m: Model, d: State) -> State:
+    """MuJoCo's mj_tendon clears every tendon's length and Jacobian and skips sleeping
+    tendons: theirs read zero."""
+    if not m.ntendon:
+        return d
+    off = _tendon_state(m, d.tree_asleep) == SleepState.ASLEEP
+    return d.replace(ten_length=jnp.where(off, 0.0, d.ten_length),
+                     ten_J=jnp.where(off[:, None], 0.0, d.ten_J))
+
+
 def wake_tendon(m: Model, d: State) -> State:
     """Wakes a sleeping tree joined to an awake one by a limited tendon at its limit.
     MuJoCo: mj_wakeTendon."""
@@ -472,7 +483,8 @@ def hold(m: Model, d_in: State, d: State, sensors: bool) -> State:
     ta = d.tree_asleep
     ds = dof_asleep(m, ta)
     rep = {}
-    for f in ("qacc", "qacc_smooth", "qfrc_smooth", "qfrc_actuator"):
+    for f in ("qacc", "qacc_smooth", "qfrc_smooth", "qfrc_actuator", "qfrc_bias",
+              "qfrc_passive", "qfrc_spring", "qfrc_damper", "qfrc_gravcomp", "qfrc_fluid"):
         rep[f] = jnp.where(ds, getattr(d_in, f), getattr(d, f))
     if m.nu:
         aa = actuator_asleep(m, ta)
