@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import jaxsim
+from jaxsim.collision import ccd
 from jaxsim.collision import convex as cv
 from tests.collision_ref import assert_same_contacts, geom_of, ours_list, pair_margin
 
@@ -82,7 +83,7 @@ def mesh_rows():
            + "".join(f'<geom type="mesh" mesh="{k}"/>' for k in MESHES)
            + '</worldbody></mujoco>')
     model = jaxsim.load_string(xml, dtype=jnp.float64)
-    data = cv.mesh_data(model, range(len(MESHES)))
+    data = ccd.mesh_data(model, range(len(MESHES)))
     rows = {k: jax.tree.map(lambda x, i=i: np.asarray(x[i]), data) for i, k in enumerate(MESHES)}
     rows[None] = jax.tree.map(np.zeros_like, rows["cube"])  # for primitives (ignored)
     return rows

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 import jaxsim
-from jaxsim.collision import convex, hfield
+from jaxsim.collision import ccd, hfield
 from jaxsim.collision.common import Contacts, Geom
 
 jax.config.update("jax_enable_x64", True)
@@ -199,7 +199,7 @@ class Poses:
         jm = self.jmodel
         hids = np.asarray(jm.geom_dataid)[:len(FIELDS)]
         hd = hfield.hfield_data(jm, hids)
-        md = convex.mesh_data(jm, [0]) if t == 7 else None
+        md = ccd.mesh_data(jm, [0]) if t == 7 else None
         g1, g2, margin, refs = [], [], [], []
         for imodel, k, _, qpos in self.items:
             m = self.models[imodel]

@@ -31,7 +31,7 @@ class Geom(NamedTuple):
     mat: jax.Array  # (3, 3) geom_xmat: mat @ local = world, columns are the local axes
     size: jax.Array  # (3,) geom_size
     # Type-specific static-shaped data, gathered by the driver: `None` for primitives,
-    # a convex.MeshData for meshes, an hfield.HFieldData for height fields.
+    # a ccd.MeshData for meshes, an hfield.HFieldData for height fields.
     data: Any = None
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxsim.collision import convex
+from jaxsim.collision import ccd, convex
 from jaxsim.collision.common import Geom
 from jaxsim.types import DisableBit, GeomType, Model, State
 
@@ -36,17 +36,17 @@ def _ccd_distance(m: Model, t1: int, t2: int, g1: Geom, g2: Geom, distmax):
     dt = g1.pos.dtype
     s1, s2 = jax.tree.map(lax.stop_gradient, (g1, g2))
     zero = jnp.zeros((), dt)
-    c = convex._ccd(convex._geom_pair(t1, s1, t2, s2, zero), lax.stop_gradient(
+    c = ccd.ccd(convex._geom_pair(t1, s1, t2, s2, zero), lax.stop_gradient(
         jnp.asarray(opt.tolerance, dt)), int(opt.iterations), -jnp.ones(2, jnp.int32),
         lax.stop_gradient(distmax))
     found = c.dist <= distmax
     # gradients: the distance at the frozen separating direction u (from geom 1 to 2) is
     # (s2(-u) - s1(u)).u (envelope theorem), the witness points are the support points
     u = jnp.where(c.dist < 0, c.x1 - c.x2, c.x2 - c.x1)
-    u = lax.stop_gradient(convex._normalize(u))
+    u = lax.stop_gradient(ccd.normalize(u))
     w = jnp.asarray(-1, jnp.int32)
-    p1 = convex._support(t1, g1, u, w, False)[0]
-    p2 = convex._support(t2, g2, -u, w, False)[0]
+    p1 = ccd.support(t1, g1, u, w, False)[0]
+    p2 = ccd.support(t2, g2, -u, w, False)[0]
     e = jnp.dot(p2 - p1, u)
     dist = lax.stop_gradient(c.dist) + (e - lax.stop_gradient(e))
     x1 = lax.stop_gradient(c.x1) + (p1 - lax.stop_gradient(p1))

@@ -280,9 +280,9 @@ def _geom_data(m: Model, gids: np.ndarray):
     """Type-specific data of the given geoms (all of one type), stacked, or None."""
     gtype = int(m.geom_type[gids[0]])
     if gtype == GeomType.MESH:
-        from jaxsim.collision import convex
+        from jaxsim.collision import ccd
 
-        return convex.mesh_data(m, _np(m.geom_dataid)[gids])
+        return ccd.mesh_data(m, _np(m.geom_dataid)[gids])
     if gtype == GeomType.HFIELD:
         from jaxsim.collision import hfield
 
