@@ -646,27 +646,76 @@ def make_m(m: Model, d: State) -> State:
     return tendon_armature_m(m, crb(m, d))
 
 
-def factor_m(m: Model, d: State) -> State:
-    """Factorises qM. MuJoCo: mj_factorM.
+@functools.lru_cache(maxsize=256)
+def _ldl_plan(dof_parentid: tuple) -> tuple:
+    """Static plan of the tree L'DL: the (nv, nv) mask of each dof's proper ancestors and
+    the dofs of each depth, deepest first."""
+    nv = len(dof_parentid)
+    anc = np.zeros((nv, nv), bool)
+    depth = np.zeros(nv, np.int64)
+    for k in range(nv):
+        j = dof_parentid[k]
+        while j >= 0:
+            anc[k, j] = True
+            depth[k] += 1
+            j = dof_parentid[j]
+    levels = tuple(np.nonzero(depth == lv)[0] for lv in range(int(depth.max()), -1, -1))
+    return anc, levels
 
-    Dense Cholesky M = L L' (not MuJoCo's sparse L'DL): qLD holds the lower-triangular L
-    and qLDiagInv holds 1 / diag(L).
+
+def factor_m(m: Model, d: State) -> State:
+    """Factorises qM as MuJoCo: M = L' D L with L unit lower-triangular in the tree's
+    sparsity (no fill-in), eliminating from the leaves to the roots; a pivot below mjMINVAL
+    is raised to it (a singular M still factorises) and counts an INERTIA warning.
+    MuJoCo: mj_factorM / mj_factorI.
+
+    The dofs of one depth are eliminated together (they update only their ancestors), so
+    there is one step per tree level, each a masked rank-n update. qLD holds D on the
+    diagonal and L below it (at [dof, ancestor]); qLDiagInv holds 1 / D.
     """
-    if not m.nv:
+    nv = m.nv
+    if not nv:
         return d
-    L = jnp.linalg.cholesky(d.qM)
-    return d.replace(qLD=L, qLDiagInv=1.0 / jnp.diagonal(L))
+    anc, levels = _ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))
+    A = d.qM
+    clamped = jnp.zeros((), bool)
+    rows, Ls, Ds = [], [], []
+    for K in levels:
+        dk = A[K, K]
+        low = dk < math.MINVAL
+        clamped = clamped | jnp.any(low)
+        dk = jnp.where(low, math.MINVAL, dk)
+        a = jnp.where(jnp.asarray(anc[K]), A[K], 0.0)  # M[k, ancestors of k]
+        lk = a / dk[:, None]
+        A = A - lk.T @ a
+        rows.append(K)
+        Ls.append(lk)
+        Ds.append(dk)
+    order = np.argsort(np.concatenate(rows))
+    L = jnp.concatenate(Ls)[order]
+    D = jnp.concatenate(Ds)[order]
+    w = d.warning.at[0].add(clamped.astype(d.warning.dtype))
+    return d.replace(qLD=L + jnp.diag(D), qLDiagInv=1.0 / D, warning=w)
 
 
 def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
-    """Solves M y = x using the factorisation in d.qLD. MuJoCo: mj_solveM.
+    """Solves M y = x with the factorisation in d.qLD (L' D L). MuJoCo: mj_solveM.
 
-    x is (nv,) or (n, nv) (rows are right-hand sides, as in MuJoCo).
+    x is (nv,) or (n, nv) (rows are right-hand sides, as in MuJoCo). Two sweeps over the
+    tree levels: up (x <- L'^-1 x, deepest dofs first), then down (x <- L^-1 D^-1 x).
     """
-    if not m.nv:
+    nv = m.nv
+    if not nv:
         return x
-    sol = jax.scipy.linalg.cho_solve((d.qLD, True), jnp.atleast_2d(x).T).T
-    return sol.reshape(x.shape)
+    anc, levels = _ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))
+    L = jnp.where(jnp.asarray(anc), d.qLD, 0.0)
+    X = jnp.atleast_2d(x)
+    for K in levels:  # x[ancestors] -= L[k, ancestors] x[k], deepest first
+        X = X - X[:, K] @ L[K]
+    X = X * d.qLDiagInv
+    for K in levels[::-1]:  # x[k] -= L[k, ancestors] . x[ancestors], roots first
+        X = X.at[:, K].add(-(X @ L[K].T))
+    return X.reshape(x.shape)
 
 
 # --------------------------------------------------------------------------- velocity

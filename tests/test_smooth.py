@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from mjadapter import model_from_mujoco, state_from_mujoco  # noqa: E402
 
+import jaxsim  # noqa: E402
 from jaxsim import constants, smooth  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -155,6 +156,10 @@ def test_stages_match_mujoco(path, seed):
         ref = np.zeros_like(x)
         mujoco.mj_solveM(mm, md, ref, x)
         _close("solve_m", smooth.solve_m(m, d, jnp.asarray(x)), ref, 1e-8)
+        # the factorisation itself: L'DL in M's sparsity, D on the diagonal
+        qLD = _dense(mm, md, mm.M_rownnz, mm.M_rowadr, mm.M_colind, md.qLD, mm.nv)
+        _close("qLD", d.qLD, qLD, 1e-8)
+        _close("qLDiagInv", d.qLDiagInv, md.qLDiagInv, 1e-8)
 
 
 _set_const_jit = jax.jit(constants.set_const)
@@ -311,6 +316,26 @@ def test_no_nan_at_singular_points():
     adr = int(mm.jnt_qposadr[1])
     gq, _ = grad(q0.at[adr:adr + 4].set(0.0), v0)
     assert np.all(np.isfinite(gq))
+
+
+def test_singular_inertia_is_clamped_as_mujoco():
+    """Four slide joints along dependent axes make M singular: MuJoCo raises the zero pivot
+    of its L'DL to mjMINVAL and warns; the accelerations follow from that factorisation."""
+    xml = """<mujoco><worldbody><body>
+      <joint type="slide" axis="1 0 0"/><joint type="slide" axis="0 1 0"/>
+      <joint type="slide" axis="0 0 1"/><joint type="slide" axis="1 1 0"/>
+      <geom type="box" size=".05 .05 .05" mass="1"/></body></worldbody></mujoco>"""
+    mm = mujoco.MjModel.from_xml_string(xml)
+    md = mujoco.MjData(mm)
+    md.qfrc_applied[:] = [0.3, -0.2, 0.1, 0.05]
+    mujoco.mj_forward(mm, md)
+    m = jaxsim.load_string(xml, dtype=jnp.float64)
+    st = jaxsim.make_state(m).replace(qfrc_applied=jnp.asarray(md.qfrc_applied))
+    out = jaxsim.forward(m, st)
+    assert md.warning[mujoco.mjtWarning.mjWARN_INERTIA].number > 0
+    assert int(out.warning[0]) == 1
+    np.testing.assert_allclose(np.asarray(out.qLDiagInv), md.qLDiagInv, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(out.qacc), md.qacc, rtol=1e-9)
 
 
 def test_float32_runs():
