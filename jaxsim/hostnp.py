@@ -334,6 +334,20 @@ def _cho_solve(c_and_lower, b, overwrite_b: bool = False, check_finite: bool = T
     return _wrap(x[:, 0] if vec else x)
 
 
+def _solve_triangular_api(a, b, trans=0, lower: bool = False, unit_diagonal: bool = False,
+                          **_):
+    """jax.scipy.linalg.solve_triangular on the host (trans 0/'N' or 1/'T')."""
+    a, b = np.asarray(a), np.asarray(b)
+    if unit_diagonal:
+        a = a.copy()
+        np.fill_diagonal(a, 1.0)
+    if trans in (1, "T", "C"):
+        a, lower = a.T, not lower
+    vec = b.ndim == 1
+    x = _solve_triangular(a, b[:, None] if vec else b, lower=lower)
+    return _wrap(x[:, 0] if vec else x)
+
+
 host_numpy = _Namespace(
     "jax.numpy",
     np,
@@ -398,7 +412,7 @@ host_jax = _Namespace(
             {
                 "linalg": _Namespace(
                     "jax.scipy.linalg", None,
-                    {"cho_solve": _cho_solve},
+                    {"cho_solve": _cho_solve, "solve_triangular": _solve_triangular_api},
                 )
             },
         ),

@@ -701,21 +701,16 @@ def factor_m(m: Model, d: State) -> State:
 def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     """Solves M y = x with the factorisation in d.qLD (L' D L). MuJoCo: mj_solveM.
 
-    x is (nv,) or (n, nv) (rows are right-hand sides, as in MuJoCo). Two sweeps over the
-    tree levels: up (x <- L'^-1 x, deepest dofs first), then down (x <- L^-1 D^-1 x).
+    x is (nv,) or (n, nv) (rows are right-hand sides, as in MuJoCo): y = L^-1 D^-1 L'^-1 x,
+    two unit-triangular solves (the diagonal of qLD, D, is skipped by them).
     """
-    nv = m.nv
-    if not nv:
+    if not m.nv:
         return x
-    anc, levels = _ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))
-    L = jnp.where(jnp.asarray(anc), d.qLD, 0.0)
-    X = jnp.atleast_2d(x)
-    for K in levels:  # x[ancestors] -= L[k, ancestors] x[k], deepest first
-        X = X - X[:, K] @ L[K]
-    X = X * d.qLDiagInv
-    for K in levels[::-1]:  # x[k] -= L[k, ancestors] . x[ancestors], roots first
-        X = X.at[:, K].add(-(X @ L[K].T))
-    return X.reshape(x.shape)
+    X = jnp.atleast_2d(x).T
+    tri = jax.scipy.linalg.solve_triangular
+    Y = tri(d.qLD, X, trans="T", lower=True, unit_diagonal=True)
+    Y = tri(d.qLD, Y * d.qLDiagInv[:, None], lower=True, unit_diagonal=True)
+    return Y.T.reshape(x.shape)
 
 
 # --------------------------------------------------------------------------- velocity

@@ -877,8 +877,8 @@ class State(Struct):
     actuator_moment: Array = leaf("(nu, nv)", "actuator moments (dense)")
     crb: Array = leaf("(nbody, 10)", "com-based composite inertia and mass")
     qM: Array = leaf("(nv, nv)", "joint-space inertia matrix (dense)")
-    qLD: Array = leaf("(nv, nv)", "factorisation of the inertia matrix")
-    qLDiagInv: Array = leaf("(nv,)", "1 / diagonal of the factorisation")
+    qLD: Array = leaf("(nv, nv)", "L'DL factorisation of qM: D on the diagonal, L below it")
+    qLDiagInv: Array = leaf("(nv,)", "1 / D")
 
     # velocity dependent
     ten_velocity: Array = leaf("(ntendon,)", "tendon velocities")

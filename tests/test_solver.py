@@ -162,9 +162,13 @@ def _jaxsim(xml, m, d):
     jm = jm.replace(opt=opt)
     M = np.zeros((m.nv, m.nv))
     mujoco.mj_fullM(m, d, M)
-    L = np.linalg.cholesky(M)
+    # MuJoCo's own L'DL (sparse rows of M's pattern) in our dense layout
+    qLD = np.zeros((m.nv, m.nv))
+    for i in range(m.nv):
+        adr = m.M_rowadr[i]
+        qLD[i, m.M_colind[adr:adr + m.M_rownnz[i]]] = d.qLD[adr:adr + m.M_rownnz[i]]
     js = jaxsim.make_state(jm).replace(
-        qM=jnp.asarray(M), qLD=jnp.asarray(L), qLDiagInv=jnp.asarray(1 / np.diag(L)),
+        qM=jnp.asarray(M), qLD=jnp.asarray(qLD), qLDiagInv=jnp.asarray(d.qLDiagInv),
         qacc_smooth=jnp.asarray(d.qacc_smooth), qfrc_smooth=jnp.asarray(d.qfrc_smooth),
         qacc_warmstart=jnp.asarray(d.qacc_warmstart),
     )
