@@ -159,7 +159,7 @@ def _advance_sleeping(m: Model, d: State, act, qacc, qvel, hist) -> State:
     qpos = integrate_pos(m, d.qpos, vel, h)
     if m.nq:
         jtree = np.asarray(m.body_treeid)[np.asarray(m.jnt_bodyid)]
-        qtree = np.repeat(jtree, [{0: 7, 1: 4}.get(int(t), 1) for t in m.jnt_type])
+        qtree = np.repeat(jtree, [JointType(int(t)).qpos_width() for t in m.jnt_type])
         qpos = jnp.where(ta[np.maximum(qtree, 0)] >= 0, d.qpos, qpos)
     return d.replace(qvel=new_qvel, qpos=qpos, time=d.time + h, qacc_warmstart=d.qacc,
                      tree_asleep=ta)

@@ -19,6 +19,7 @@ from jaxsim.mjcf import discard, expand, tree
 from jaxsim.mjcf.context import Compiler, Ctx
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.parse import SRC, Defaults, Source, read_tree, validate
+from jaxsim.mjcf.sections import tendon_path_trees
 from jaxsim.struct import shape_of
 from jaxsim.types import (
     DisableBit,
@@ -29,7 +30,6 @@ from jaxsim.types import (
     Option,
     SleepPolicy,
     TrnType,
-    WrapType,
 )
 
 # option flags whose effect jaxsim does not implement
@@ -299,21 +299,9 @@ def _sleep_policy(ctx: Ctx) -> None:
         if t >= 0 and policy[t] == SleepPolicy.AUTO:
             policy[t] = SleepPolicy.AUTO_NEVER
 
-    def path_trees(k):
-        owner = {WrapType.JOINT: "jnt_bodyid", WrapType.SITE: "site_bodyid",
-                 WrapType.SPHERE: "geom_bodyid", WrapType.CYLINDER: "geom_bodyid"}
-        trees = []
-        for j in range(out["tendon_adr"][k], out["tendon_adr"][k] + out["tendon_num"][k]):
-            key = owner.get(int(out["wrap_type"][j]))
-            if key is not None:
-                t = int(btree[out[key][out["wrap_objid"][j]]])
-                if t >= 0 and t not in trees:
-                    trees.append(t)
-        return trees
-
     for a in range(len(ttype)):
         if ttype[a] == TrnType.TENDON:
-            for t in path_trees(trn[a, 0]):
+            for t in tendon_path_trees(out, trn[a, 0]):
                 never(t)
         elif ttype[a] in tree_of:
             never(int(tree_of[ttype[a]](trn[a, 0])))
@@ -328,7 +316,7 @@ def _sleep_policy(ctx: Ctx) -> None:
                    or tact[k])
         if n < 2 or (n == 2 and not passive):
             continue
-        for t in path_trees(k):
+        for t in tendon_path_trees(out, k):
             if policy[t] in (SleepPolicy.ALLOWED, SleepPolicy.INIT):
                 why = ("spans more than 2 trees" if n > 2
                        else "has non-zero stiffness or damping")

@@ -229,31 +229,33 @@ def _check_path(el, tid, spatial, types, objs, armature) -> None:
             raise _wrap_error(el, tid, f"joint wrap found in spatial path at pos {i}")
 
 
+def tendon_path_trees(out: dict, k: int) -> list[int]:
+    """The distinct kinematic trees tendon k's path touches, in path order."""
+    btree = np.asarray(out["body_treeid"])
+    owner = {WrapType.JOINT: "jnt_bodyid", WrapType.SITE: "site_bodyid",
+             WrapType.SPHERE: "geom_bodyid", WrapType.CYLINDER: "geom_bodyid"}
+    trees: list[int] = []
+    for j in range(out["tendon_adr"][k], out["tendon_adr"][k] + out["tendon_num"][k]):
+        key = owner.get(int(out["wrap_type"][j]))
+        if key is None or out.get(key) is None:
+            continue
+        t = int(btree[out[key][out["wrap_objid"][j]]])
+        if t != -1 and t not in trees:
+            trees.append(t)
+    return trees
+
+
 def _tendon_trees(ctx) -> None:
     """tendon_treenum/treeid: the first two distinct kinematic trees a tendon's path touches."""
     out = ctx.out
     nt = out["ntendon"]
     treenum = np.zeros(nt, dtype=np.int64)
     treeid = np.full((nt, 2), -1, dtype=np.int64)
-    btree = out.get("body_treeid")
-    if btree is None or nt == 0:
-        out["tendon_treenum"], out["tendon_treeid"] = treenum, treeid
-        return
-    btree = np.asarray(btree)
-    owner = {WrapType.JOINT: out.get("jnt_bodyid"), WrapType.SITE: out.get("site_bodyid"),
-             WrapType.SPHERE: out.get("geom_bodyid"), WrapType.CYLINDER: out.get("geom_bodyid")}
-    for i in range(nt):
-        seen = []
-        for j in range(out["tendon_adr"][i], out["tendon_adr"][i] + out["tendon_num"][i]):
-            t = int(out["wrap_type"][j])
-            if t not in owner or owner[t] is None:
-                continue
-            tree = int(btree[owner[t][out["wrap_objid"][j]]])
-            if tree != -1 and tree not in seen:
-                if len(seen) < 2:
-                    treeid[i, len(seen)] = tree
-                seen.append(tree)
-        treenum[i] = len(seen)
+    if out.get("body_treeid") is not None:
+        for i in range(nt):
+            seen = tendon_path_trees(out, i)
+            treeid[i, :min(2, len(seen))] = seen[:2]
+            treenum[i] = len(seen)
     out["tendon_treenum"], out["tendon_treeid"] = treenum, treeid
 
 
