@@ -144,7 +144,31 @@ def set_const(m: Model) -> Model:
     if nv and m.nu:
         acc0 = math.norm(d.actuator_moment @ minv)
 
+    # flex edges: rest lengths; inverse weights (simple point masses: MuJoCo's shortcut)
+    fl_len0, fl_invw = m.flexedge_length0, m.flexedge_invweight0
+    if m.nflexedge:
+        from jaxsim import flex
+
+        fl_len0, fl_J = flex.edges(m, d)
+        fid = np.repeat(np.arange(m.nflex), np.asarray(m.flex_edgenum))
+        vadr = np.asarray(m.flex_vertadr)[fid]
+        vb = np.asarray(m.flex_vertbodyid)
+        b1 = vb[vadr + np.asarray(m.flex_edge)[:, 0]]
+        b2 = vb[vadr + np.asarray(m.flex_edge)[:, 1]]
+        general = jnp.einsum("ev,vw,ew->e", fl_J, minv, fl_J) if nv else jnp.zeros_like(fl_len0)
+        # MuJoCo computes edge Jacobians only for flexes with an edge equality, stiffness
+        # or damping; the others keep a zero Jacobian (and so a zero inverse weight)
+        needj = ((np.asarray(m.flex_edgeequality) == 1)
+                 | (np.asarray(m.flex_edgestiffness) != 0)
+                 | (np.asarray(m.flex_edgedamping) != 0))[fid]
+        general = jnp.where(jnp.asarray(needj), general, 0.0)
+        quick = (inv_mass[b1] + inv_mass[b2]) / 2
+        fl_invw = jnp.where(jnp.asarray((simple[b1] == 2) & (simple[b2] == 2)), quick, general)
+        fl_invw = jnp.where(jnp.asarray(np.asarray(m.flexedge_rigid, bool)), 0.0, fl_invw)
+
     m = m.replace(
+        flexedge_length0=fl_len0,
+        flexedge_invweight0=fl_invw,
         dof_M0=dof_M0,
         body_invweight0=invw,
         dof_invweight0=dof_invw,

@@ -174,6 +174,9 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
         bad = sorted(set(eq_type.tolist()) - {EqType.CONNECT, EqType.WELD, EqType.JOINT,
                                                EqType.TENDON})
         if bad:
+            from jaxsim import flex
+
+            flex.check_supported(m)  # names the flex and its source
             names = ", ".join(EqType(t).name.lower() for t in bad)
             raise NotImplementedError(f"jaxsim has no constraint rows for {names} equalities")
         for name, t in (("eq_connect", EqType.CONNECT), ("eq_weld", EqType.WELD),
@@ -598,7 +601,7 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
 
     if pyramid:
         k = np.minimum(r // 2 + 1, 5)
-        sign = np.where(r % 2 == 0, 1.0, -1.0)
+        sign = jnp.asarray(np.where(r % 2 == 0, 1.0, -1.0), dt)
         mu = fr[:, k - 1] * sign  # (n, nrow)
         J = basis[:, :1] + mu[..., None] * basis[:, k]
         J = jnp.where((dim == 1)[:, None, None], basis[:, :1], J) if nrow > 1 else basis[:, :1]

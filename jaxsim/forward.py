@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxsim import actuation as _actuation
 from jaxsim import constraint as _constraint
+from jaxsim import flex as _flex
 from jaxsim import integrator as _integrator
 from jaxsim import passive as _passive
 from jaxsim import rne as _rne
@@ -47,6 +48,7 @@ def fwd_position(m: Model, d: State) -> State:
         d = _sleep.wake_tendon(m, _sleep.clear_sleeping_tendons(m, d))
     d = smooth.make_m(m, d)
     d = smooth.factor_m(m, d)
+    _flex.check_supported(m)
     d = _collision.collision(m, d)
     if asleep:
         d = _sleep.wake_equality(m, _sleep.wake_collision(m, d))

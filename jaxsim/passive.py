@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import math, scan
+from jaxsim import flex, math, scan
 from jaxsim.types import DisableBit, GeomType, JointType, Model, State, TrnType
 
 # ---------------------------------------------------------------------------- helpers
@@ -373,8 +373,9 @@ def passive(m: Model, d: State) -> State:
     qfrc_spring = _joint_springs(m, d) if spring and m.njnt else zero
     qfrc_damper = _dof_dampers(m, d) if damper else zero
     ts, td = _tendon_forces(m, d, spring, damper)
-    qfrc_spring = qfrc_spring + ts
-    qfrc_damper = qfrc_damper + td
+    fs, fd = flex.passive(m, d, spring, damper)
+    qfrc_spring = qfrc_spring + ts + fs
+    qfrc_damper = qfrc_damper + td + fd
     qfrc_gravcomp = gravcomp(m, d)
     qfrc_fluid = fluid(m, d)
 

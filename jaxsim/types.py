@@ -400,7 +400,8 @@ _SIZES = (
     "nmeshgraph npoly npolyvert nhfield nhfielddata nmat npair nexclude neq ntendon nwrap nsensor "
     "nsensordata nnumeric nnumericdata ntext ntextdata ntuple ntupledata nkey nmocap "
     "nuser_body nuser_jnt nuser_geom nuser_site nuser_cam nuser_tendon nuser_actuator "
-    "nuser_sensor ntree nM nhistory nuserdata ngravcomp nconmax njmax"
+    "nuser_sensor ntree nM nhistory nuserdata ngravcomp nconmax njmax "
+    "nflex nflexvert nflexedge nflexelem"
 ).split()
 
 
@@ -457,6 +458,10 @@ class Model(Struct):
     ngravcomp: int = static("()", "number of bodies with nonzero gravity compensation")
     nconmax: int = static("()", "contact buffer cap from <size> (-1: automatic)")
     njmax: int = static("()", "constraint row cap from <size> (-1: automatic)")
+    nflex: int = static("()", "number of flex objects")
+    nflexvert: int = static("()", "number of vertices in all flexes")
+    nflexedge: int = static("()", "number of edges in all flexes")
+    nflexelem: int = static("()", "number of elements in all flexes")
 
     opt: Option = leaf("-", "physics options")
 
@@ -688,6 +693,35 @@ class Model(Struct):
     wrap_type: np.ndarray = static("(nwrap,)", "wrap object type (WrapType)")
     wrap_objid: np.ndarray = static("(nwrap,)", "object id: geom, site or joint")
     wrap_prm: Array = leaf("(nwrap,)", "divisor, joint coefficient, or sidesite id")
+
+    # flexes (jaxsim: vertices on bodies, edges, edge spring-dampers; see jaxsim.flex)
+    flex_dim: np.ndarray = static("(nflex,)", "1: lines, 2: triangles, 3: tetrahedra")
+    flex_vertadr: np.ndarray = static("(nflex,)", "first vertex address")
+    flex_vertnum: np.ndarray = static("(nflex,)", "number of vertices")
+    flex_edgeadr: np.ndarray = static("(nflex,)", "first edge address")
+    flex_edgenum: np.ndarray = static("(nflex,)", "number of edges")
+    flex_elemadr: np.ndarray = static("(nflex,)", "first element address")
+    flex_elemnum: np.ndarray = static("(nflex,)", "number of elements")
+    flex_rigid: np.ndarray = static("(nflex,)", "all vertices on one body")
+    flex_centered: np.ndarray = static("(nflex,)", "all vertices at their body origins")
+    flex_contype: np.ndarray = static("(nflex,)", "contact type bits")
+    flex_conaffinity: np.ndarray = static("(nflex,)", "contact affinity bits")
+    flex_condim: np.ndarray = static("(nflex,)", "contact dimensionality")
+    flex_selfcollide: np.ndarray = static("(nflex,)", "self-collision mode (0: none)")
+    flex_internal: np.ndarray = static("(nflex,)", "internal collisions enabled")
+    flex_edgeequality: np.ndarray = static("(nflex,)", "edge equality constraint (1: edges)")
+    flex_vertbodyid: np.ndarray = static("(nflexvert,)", "body carrying each vertex")
+    flex_edge: np.ndarray = static("(nflexedge, 2)", "edge vertex ids, local to the flex")
+    flexedge_rigid: np.ndarray = static("(nflexedge,)", "both ends on one welded body")
+    flex_where: tuple = static("(nflex,)", "source of each flex (file:line and name)")
+    flex_vert: Array = leaf("(nflexvert, 3)", "vertex offsets in their bodies' frames")
+    flex_radius: Array = leaf("(nflex,)", "radius of the flex geometry")
+    flex_margin: Array = leaf("(nflex,)", "contact margin")
+    flex_gap: Array = leaf("(nflex,)", "contact gap")
+    flex_edgestiffness: Array = leaf("(nflex,)", "edge spring stiffness")
+    flex_edgedamping: Array = leaf("(nflex,)", "edge damping")
+    flexedge_length0: Array = leaf("(nflexedge,)", "edge lengths at qpos0")
+    flexedge_invweight0: Array = leaf("(nflexedge,)", "edge inverse weights at qpos0")
 
     # actuators
     actuator_trntype: np.ndarray = static("(nu,)", "transmission type (TrnType)")

@@ -235,9 +235,9 @@ def test_error_in_included_file_names_that_file(tmp_path):
 
 def test_unsupported_feature_is_rejected_not_ignored():
     xml = """<mujoco><worldbody><flexcomp name="f" type="grid" count="2 2 1" spacing=".1 .1 .1"
-      dim="2"/></worldbody></mujoco>"""
+      dim="2" dof="trilinear"/></worldbody></mujoco>"""
     e = _err(xml)
-    assert "flexcomp" in str(e)
+    assert "flexcomp" in str(e) and "trilinear" in str(e)
 
 
 @pytest.mark.parametrize("flag", ['nativeccd="disable"'])

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from jaxsim.mjcf import assets as assets_pass
-from jaxsim.mjcf import discard, expand, tree
+from jaxsim.mjcf import discard, expand, flexcomp, tree
 from jaxsim.mjcf.context import Compiler, Ctx
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.parse import SRC, Defaults, Source, read_tree, validate
@@ -39,7 +39,6 @@ _UNSUPPORTED_DISABLE = {"nativeccd": "libccd convex collisions"}
 
 # top-level elements that would change the physics and that jaxsim cannot honour yet
 _UNSUPPORTED_TOP = {
-    "deformable": "<deformable> (flex objects) is not supported by jaxsim yet",
     "extension": "<extension> (engine plugins) is not supported by jaxsim yet",
 }
 _INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
@@ -78,6 +77,7 @@ def compile_bytes(data: bytes, filename: str, source: Source, dtype=None) -> Mod
             raise MJCFError(msg, el)
     compiler = read_compiler(root)
     expand.expand_all(root, compiler, source)
+    flexcomp.expand_flexcomps(root, compiler, source)
     if compiler.discardvisual:
         full = copy.copy(compiler)
         full.discardvisual = False
@@ -247,7 +247,8 @@ def read_visual(ctx: Ctx) -> None:
 
 
 _SECTIONS = (("tendon", "compile_tendons"), ("actuator", "compile_actuators"),
-             ("sensor", "compile_sensors"), ("equality", "compile_equality"),
+             ("sensor", "compile_sensors"), ("deformable", "compile_flex"),
+             ("equality", "compile_equality"),
              ("contact", "compile_contact"), ("custom", "compile_custom"),
              ("keyframe", "compile_keyframes"))
 
@@ -323,6 +324,13 @@ def _sleep_policy(ctx: Ctx) -> None:
                 raise MJCFError(f"tree {t} is connected to tendon {k}, which {why}: "
                                 "sleeping not allowed")
             never(t)
+    # trees carrying vertices of a flex without edge equality never sleep
+    for f in range(out.get("nflex", 0)):
+        if out["flex_edgeequality"][f]:
+            continue
+        adr, num = int(out["flex_vertadr"][f]), int(out["flex_vertnum"][f])
+        for b in out["flex_vertbodyid"][adr:adr + num]:
+            never(int(btree[b]))
     policy[policy == SleepPolicy.AUTO] = SleepPolicy.AUTO_ALLOWED
     out["tree_sleep_policy"] = policy
     if ctx.option.get("enableflags", 0) & EnableBit.SLEEP and np.any(
@@ -351,7 +359,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     info = Model.field_info()
     fields: dict = {}
     for name, meta in info.items():
-        if name in ("opt", "names", "model_name", "text_data") or name in sizes:
+        if name in ("opt", "names", "model_name", "text_data", "flex_where") or name in sizes:
             continue
         shape = shape_of(meta["shape"], sizes)
         val = out.get(name)
@@ -369,6 +377,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     fields["names"] = tuple(tuple(ctx.names[int(t)]) for t in ObjType)
     fields["model_name"] = ctx.model_name
     fields["text_data"] = tuple(out.get("text_data", ()))
+    fields["flex_where"] = tuple(out.get("flex_where", ()))
     # derived constants in float64, whatever the user's dtype. set_const is JAX code; run
     # eagerly on JAX it would compile every distinct primitive on first use (tens of
     # seconds for a new model shape), so it runs on the numpy backend with host leaves

@@ -54,6 +54,7 @@ class RawMesh:
     facenormal: np.ndarray | None = None
     facetexcoord: np.ndarray | None = None
     content_type: str | None = None
+    line: np.ndarray | None = None  # (k, 2) segments of OBJ `l` polylines (flexcomp dim 1)
 
 
 def content_type_of(filename: str, content_type: str | None = None) -> str:
@@ -448,6 +449,7 @@ def _read_obj(data: bytes, filename: str) -> RawMesh:
     shape_faces: list | None = None  # first exported shape's triangles
     cur_shape: list = []
     cache: dict = {}
+    segments: list = []
 
     def real(tok):
         r = cache.get(tok)
@@ -508,10 +510,15 @@ def _read_obj(data: bytes, filename: str) -> RawMesh:
                 shape_faces = list(cur_shape)
             cur_shape.clear()
         elif c0 in "lp" and c1 in " \t":
+            ids = []
             for f in tok[2:].split():
-                if _parse_triple(f, len(v) // 3, len(vn) // 3, len(vt) // 2) is None:
+                t = _parse_triple(f, len(v) // 3, len(vn) // 3, len(vt) // 2)
+                if t is None:
                     raise MeshError(f"could not parse OBJ file '{filename}' "
                                     f"(line {lineno})")
+                ids.append(t[0])
+            if c0 == "l":
+                segments.extend(zip(ids[:-1], ids[1:], strict=True))
     export()
     if shape_faces is None and cur_shape:
         shape_faces = list(cur_shape)
@@ -531,4 +538,5 @@ def _read_obj(data: bytes, filename: str) -> RawMesh:
         if texcoord is not None:
             facetex = idx[:, :, 1].astype(np.int32)
     return RawMesh(vert=vert32.astype(np.float64), face=face, normal=normal,
-                   texcoord=texcoord, facenormal=facenormal, facetexcoord=facetex)
+                   texcoord=texcoord, facenormal=facenormal, facetexcoord=facetex,
+                   line=np.asarray(segments, np.int32).reshape(-1, 2) if segments else None)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from jaxsim.mjcf.errors import MJCFError
+from jaxsim.mjcf.flex import compile_flex
 from jaxsim.mjcf.sections_actuator import compile_actuators
 from jaxsim.mjcf.sections_common import (
     LIMITED,
@@ -33,7 +34,7 @@ from jaxsim.mjcf.sections_sensor import compile_sensors
 from jaxsim.types import EqType, GeomType, JointType, ObjType, WrapType
 
 __all__ = ["compile_tendons", "compile_actuators", "compile_sensors", "compile_equality",
-           "compile_contact", "compile_custom", "compile_keyframes"]
+           "compile_contact", "compile_custom", "compile_keyframes", "compile_flex"]
 
 MJEPS = 1e-14
 MJMINVAL = 1e-15
@@ -265,7 +266,7 @@ _EQ_TYPES = {"connect": EqType.CONNECT, "weld": EqType.WELD, "joint": EqType.JOI
              "tendon": EqType.TENDON, "flex": EqType.FLEX, "flexvert": EqType.FLEXVERT,
              "flexstrain": EqType.FLEXSTRAIN}
 _EQ_DECL = {"connect": "connect", "weld": "weld", "joint": "equality_joint",
-            "tendon": "equality_tendon"}
+            "tendon": "equality_tendon", "flex": "equality_flex"}
 
 
 def _floats(el, attr: str, n: int, exact: bool) -> list[float] | None:
@@ -289,8 +290,7 @@ def compile_equality(ctx) -> None:
     for el in sections(ctx, "equality"):
         tag = el.tag
         if tag not in _EQ_DECL:
-            raise MJCFError(f"<{tag}> equality constraints (flex) are not supported by jaxsim "
-                            "yet", el)
+            raise MJCFError(f"<{tag}> equality constraints are not supported by jaxsim yet", el)
         eid = ctx.add_name(ObjType.EQUALITY, el.get("name"), el)
         rec = {"active": True, "solref": np.array(SOLREF), "solimp": np.array(SOLIMP)}
         for _t, attrs in chain(ctx, el, "equality"):
@@ -326,6 +326,11 @@ def compile_equality(ctx) -> None:
                 if ts is not None:
                     data[10] = ts[0]
             lookup_type = objtype
+        elif tag == "flex":
+            a1, lookup_type = "flex", ObjType.FLEX
+            name1 = el.get("flex")
+            if name1 is None:
+                raise MJCFError("required attribute missing: 'flex'", el, "flex")
         else:
             a1 = f"{tag}1"
             name1, name2 = el.get(a1), el.get(f"{tag}2")
@@ -340,6 +345,8 @@ def compile_equality(ctx) -> None:
             id2 = ctx.lookup(lookup_type, name2, el, a1[:-1] + "2")
         else:
             id2 = 0 if lookup_type == ObjType.BODY else -1
+        if tag == "flex":
+            out["flex_edgeequality"][id1] = 1
         if id1 == id2:
             raise MJCFError(f"element '{name1}' is repeated in equality constraint {eid}", el)
         if tag == "joint":

@@ -30,7 +30,7 @@ from jaxsim.types import GeomType, JointType, ObjType, SameFrame, SleepPolicy
 FRAME_EPS = 1e-6  # poses closer than this count as equal (sameframe flags)
 MINVAL = 1e-15
 _UNSUPPORTED_IN_BODY = {
-    "composite": "<composite>", "flexcomp": "<flexcomp> (flex objects)",
+    "composite": "<composite>",
     "plugin": "<plugin> (engine plugins)", "attach": "<attach>",
 }
 
