@@ -300,7 +300,8 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     def body(c):
         f, fprev, it = c["f"], c["fprev"], c["it"]
         # Nesterov extrapolation, projected back onto the constraint set
-        beta = jnp.where(it > 0, (c["nk"] - 1) / (c["nk"] + 2.0), 0.0).astype(dt)
+        nk = c["nk"].astype(dt)  # small integer: exact in any float dtype
+        beta = jnp.where(it > 0, (nk - 1) / (nk + 2.0), 0.0)
         ext = beta > 0
         fx = project(f + beta * (f - fprev))
         fprev = f

@@ -84,9 +84,10 @@ _EI = np.repeat(_AR3, 3)
 _EJ = np.tile(_AR3, 3)
 _EI1, _EI2 = (_EI + 1) % 3, (_EI + 2) % 3
 _EJ1, _EJ2 = (_EJ + 1) % 3, (_EJ + 2) % 3
-# corner signs of the incident face, in winding order
-_SU = np.array([1.0, -1.0, -1.0, 1.0])
-_SV = np.array([1.0, 1.0, -1.0, -1.0])
+# corner signs of the incident face, in winding order (float32: exact, and they promote to
+# the working dtype instead of pulling float32 models up to float64)
+_SU = np.array([1.0, -1.0, -1.0, 1.0], np.float32)
+_SV = np.array([1.0, 1.0, -1.0, -1.0], np.float32)
 # (v1, v2): whether the ambiguous supporting-corner component of box 1 / box 2 is flipped
 _V1 = np.array([False, False, True, True])
 _V2 = np.array([False, True, False, True])
@@ -284,7 +285,8 @@ _CAP_EDGES = [(j, i) for j in range(3) for i in range(8) if not i & (1 << j)]
 _CJ = np.array([j for j, _ in _CAP_EDGES])
 _CI = np.array([i for _, i in _CAP_EDGES])
 _CSIGN = np.array([[0.0 if c == j else (1.0 if i & (1 << c) else -1.0) for c in range(3)]
-                   for j, i in _CAP_EDGES])
+                   for j, i in _CAP_EDGES], np.float32)  # exact; follows the working dtype
+_ENDS = np.array([[-1.0], [1.0]], np.float32)  # the two segment ends
 
 
 def _sphere_box(center, radius, m2, p2, s2, margin):
@@ -334,7 +336,7 @@ def capsule_box(g1: Geom, g2: Geom, margin) -> Contacts:
     bestmax = bound * bound
 
     # ---- candidates 1, 2: a segment end against the faces (at most one coordinate clamped)
-    ends = pos[None] + h[None] * np.array([[-1.0], [1.0]])
+    ends = pos[None] + h[None] * _ENDS
     lo, hi = ends < -s2, ends > s2
     clamped = jnp.where(lo, -s2, jnp.where(hi, s2, ends))
     out = lo | hi

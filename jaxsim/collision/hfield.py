@@ -482,7 +482,7 @@ def _trig_roots(ca, cb, cc, cd, newton: int, iters: int = 40):
     scale = jnp.abs(c3) + jnp.abs(c4) + tiny
     c4 = jnp.where(jnp.abs(c4) < 1e-13 * scale, 1e-13 * scale, c4)
     b3, b1, b0 = c3 / c4, c1 / c4, c0 / c4
-    z = jnp.exp(1j * (0.4 + jnp.arange(4) * (np.pi / 2))).astype(cdt)
+    z = jnp.exp(1j * (0.4 + jnp.arange(4, dtype=ca.dtype) * (np.pi / 2))).astype(cdt)
     z = jnp.broadcast_to(z, ca.shape + (4,))
     off = ~np.eye(4, dtype=bool)
 
@@ -747,7 +747,7 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
 
     # cells covered by the bounding box grown by the margin, in rows then columns
     def index(x, half, n):
-        return jnp.clip(x / (2 * half) * (n - 1).astype(dt), -2.0, n + 2.0)
+        return jnp.clip(x / (2 * half) * (n - 1).astype(dt), -2.0, n.astype(dt) + 2.0)
 
     cmin = jnp.maximum(0, jnp.floor(index(lo[0] - ms + s0, s0, ncol)).astype(jnp.int32))
     cmax = jnp.minimum(ncol - 1, jnp.ceil(index(hi[0] + ms + s0, s0, ncol)).astype(jnp.int32))
