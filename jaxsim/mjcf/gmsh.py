@@ -20,9 +20,18 @@ accepted here and give the same points and elements:
   or fTetWild-style (one block header, no tags), chosen by the first element's tag count;
   with an element count of 0 the first record is still read.
 * ASCII numbers are read as C++ (libc++) streams read `size_t`, `int` and `double`: a value
-  may stop in the middle of a word, a section must not end right after its last number, and
-  out-of-range values (including double overflow and inexact underflow) are errors.
+  may stop in the middle of a word, a section must not end right after its last number, a
+  `size_t` may be negative (it wraps), hexadecimal floats are accepted, and out-of-range
+  values (double overflow, inexact underflow) are errors.
+* A triangle mesh (dim 2) then goes through MuJoCo's mesh loader: every node becomes float32
+  (and must stay finite, used or not) and nodes at the same float32 position are merged.
+  A tetrahedral mesh (dim 3) keeps its float64 nodes, but the nodes of its boundary faces
+  must be finite in float32, and it must have a boundary face (MuJoCo crashes otherwise).
 * The flexcomp's `dim`, when given, must equal the file's; without it the file decides.
+
+Checked against MuJoCo 4.0.0 (the GMSH decoder plugin, not the older in-flexcomp reader:
+that one took dim from the file silently, checked 2.2 binary node tags against the element
+count, and had no float32 step).
 
 `compact` then drops the points no element uses, as the flexcomp builder does after scaling
 and placing them.
@@ -55,7 +64,7 @@ _SKIP = re.compile(rb"[ \t\n\v\f\r]*")
 _INT_CHARS = re.compile(rb"[+-]?[0-9]*")
 _PLAIN_FLOAT = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 # characters the float scanner may take in (besides '.')
-_FP_ATOMS = frozenset(b"0123456789abcdefABCDEFxX+-pPiInN")
+_FP_ATOMS = frozenset(b"0123456789abcdefABCDEFxX+-pP")
 _FP_MORE = _FP_ATOMS | {ord(".")}
 _DIGITS = frozenset(b"0123456789")
 _STRTOD_DEC = re.compile(rb"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]+))?")
@@ -135,7 +144,8 @@ def _exact_match(x: float, s: bytes, hexa: bool, digits: bytes) -> bool:
         return Decimal(s.decode()) == Decimal(x)
     m = _STRTOD_HEX.fullmatch(s)
     frac = m.group(3) or b""
-    value = Fraction(int(digits.decode(), 16)) * Fraction(2) ** (int(m.group(4) or 0) - 4 * len(frac))
+    shift = int(m.group(4) or 0) - 4 * len(frac)
+    value = Fraction(int(digits.decode(), 16)) * Fraction(2) ** shift
     return Fraction(x) == (-value if m.group(1) == b"-" else value)
 
 
