@@ -87,9 +87,24 @@ class _Problem(NamedTuple):
     s: jax.Array  # (ncon, K) (mu, friction[0], ...) on rows in use, else 0
     fric: jax.Array  # (ncon, K - 1) friction[:K - 1] on rows in use, else 1
     scale: jax.Array  # () 1 / trace(M)
+    # which row kinds can occur (static; the line search skips the cost terms of absent kinds)
+    may_eq: bool = True
+    may_fric: bool = True
 
 
 # ------------------------------------------------------------------------------ problem
+
+
+def _row_kinds(m: Model, d: State, nefc: int) -> tuple[bool, bool]:
+    """Whether equality rows and friction-loss rows can occur (static, from the row plan)."""
+    from jaxsim import constraint
+
+    plan = constraint.plan(m, d.contact.dist.shape[0])
+    if plan.nefc != nefc:  # rows not laid out by the plan: assume every kind
+        return True, True
+    types, _ = constraint.fixed_row_objects(plan)
+    fric = (types == ConstraintType.FRICTION_DOF) | (types == ConstraintType.FRICTION_TENDON)
+    return bool(np.any(types == ConstraintType.EQUALITY)), bool(np.any(fric))
 
 
 def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
@@ -130,7 +145,9 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
     kind = jnp.where(act, kind, 0).astype(jnp.int32)
     pyr = act & inblk & (t == ConstraintType.CONTACT_PYRAMIDAL)
 
+    may_eq, may_fric = _row_kinds(m, d, nefc)
     return _Problem(
+        may_eq=may_eq, may_fric=may_fric,
         M=d.qM, qfrc_smooth=d.qfrc_smooth, qacc_smooth=d.qacc_smooth,
         J=jnp.where(act[:, None], efc.J, 0.0).astype(dt),
         D=jnp.where(act, efc.D, 0.0).astype(dt),
@@ -309,29 +326,38 @@ def _eval(p: _Problem, ln: _Line, alpha):
     on = x < 0
     c_in = jnp.where(on, ln.q0 - c0 + cq, -c0)
 
-    # friction loss: Huber, cost difference by zones
-    fl, D, dv, s0 = p.floss, p.D, ln.jv, ln.jaref
-    rf = p.R * fl
+    eq, ineq = k == _EQ, k == _INEQ
+    quad = (eq | (ineq & on)) if p.may_eq else (ineq & on)
+    cost_rows = jnp.where(ineq, c_in, 0.0)
+    if p.may_eq:
+        cost_rows = jnp.where(eq, cq, 0.0) + cost_rows
+    d0_rows = jnp.where(quad, dq0, 0.0)
+    d1_rows = jnp.where(quad, dq1, 0.0)
+    if p.may_fric:
+        # friction loss: Huber, cost difference by zones
+        fl, D, dv, s0 = p.floss, p.D, ln.jv, ln.jaref
+        rf = p.R * fl
 
-    def zone(y):
-        return jnp.where((-rf < y) & (y < rf), 0, jnp.where(y <= -rf, -1, 1))
+        def zone(y):
+            return jnp.where((-rf < y) & (y < rf), 0, jnp.where(y <= -rf, -1, 1))
 
-    def fcost(y, z):
-        lin = jnp.where(z == -1, fl * (-0.5 * rf - y), fl * (-0.5 * rf + y))
-        return jnp.where(z == 0, 0.5 * D * y * y, lin)
+        def fcost(y, z):
+            lin = jnp.where(z == -1, fl * (-0.5 * rf - y), fl * (-0.5 * rf + y))
+            return jnp.where(z == 0, 0.5 * D * y * y, lin)
 
-    z0, z1 = zone(s0), zone(x)
-    c_fr = jnp.where(
-        (z0 == 0) & (z1 == 0), 0.5 * D * (x - s0) * (x + s0),
-        jnp.where((z0 == -1) & (z1 == -1), fl * (s0 - x),
-                  jnp.where((z0 == 1) & (z1 == 1), fl * (x - s0), fcost(x, z1) - fcost(s0, z0))))
-    d0_fr = jnp.where(z1 == 0, D * x * dv, jnp.where(z1 == -1, -fl * dv, fl * dv))
-    d1_fr = jnp.where(z1 == 0, D * dv * dv, 0.0)
-
-    eq, fr, ineq = k == _EQ, k == _FRIC, k == _INEQ
-    cost = jnp.sum(jnp.where(eq, cq, 0.0) + jnp.where(fr, c_fr, 0.0) + jnp.where(ineq, c_in, 0.0))
-    d0 = jnp.sum(jnp.where(eq | (ineq & on), dq0, 0.0) + jnp.where(fr, d0_fr, 0.0))
-    d1 = jnp.sum(jnp.where(eq | (ineq & on), dq1, 0.0) + jnp.where(fr, d1_fr, 0.0))
+        z0, z1 = zone(s0), zone(x)
+        c_fr = jnp.where(
+            (z0 == 0) & (z1 == 0), 0.5 * D * (x - s0) * (x + s0),
+            jnp.where((z0 == -1) & (z1 == -1), fl * (s0 - x),
+                      jnp.where((z0 == 1) & (z1 == 1), fl * (x - s0),
+                                fcost(x, z1) - fcost(s0, z0))))
+        d0_fr = jnp.where(z1 == 0, D * x * dv, jnp.where(z1 == -1, -fl * dv, fl * dv))
+        d1_fr = jnp.where(z1 == 0, D * dv * dv, 0.0)
+        fr = k == _FRIC
+        cost_rows = cost_rows + jnp.where(fr, c_fr, 0.0)
+        d0_rows = d0_rows + jnp.where(fr, d0_fr, 0.0)
+        d1_rows = d1_rows + jnp.where(fr, d1_fr, 0.0)
+    cost, d0, d1 = jnp.sum(cost_rows), jnp.sum(d0_rows), jnp.sum(d1_rows)
 
     if ln.cone is not None:
         U0, V0, UU, UV, VV, Dm, e0, e1, e2 = ln.cone
