@@ -235,8 +235,9 @@ def solparam(solref, solimp, timestep, refsafe: bool, friction: bool = False):
     refsafe, a time constant is at least twice the time step; solimp is clamped.
     """
     mixed = (solref[..., 0] > 0) ^ (solref[..., 1] > 0)
-    fallback = jnp.zeros(2) if friction else jnp.asarray(DEFAULT_SOLREF)
-    solref = jnp.where(mixed[..., None], fallback.astype(solref.dtype), solref)
+    fallback = (jnp.zeros(2, solref.dtype) if friction
+                else jnp.asarray(DEFAULT_SOLREF, solref.dtype))
+    solref = jnp.where(mixed[..., None], fallback, solref)
     if refsafe:
         r0 = solref[..., 0]
         solref = solref.at[..., 0].set(jnp.where(r0 > 0, jnp.maximum(r0, 2 * timestep), r0))

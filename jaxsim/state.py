@@ -76,7 +76,7 @@ def _init_asleep(model: Model, state: State) -> State:
     from jaxsim import sleep
     from jaxsim.forward import forward
 
-    staged = isinstance(jnp.zeros(()) + 0, jax.core.Tracer)  # inside jit / vmap / grad
+    staged = isinstance(jnp.zeros((), jnp.int32) + 0, jax.core.Tracer)  # inside jit / vmap / grad
     if staged or any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(model)):
         return state
     d = jax.jit(forward)(model, state)
