@@ -135,6 +135,8 @@ def test_flex_physics_jaxsim_lacks_raises_naming_the_flexcomp():
     ('<flexcomp name="F" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1">'
      '<elasticity young="1e4"/></flexcomp>', "elasticity"),
     ('<flexcomp name="F" type="grid" dim="2" count="3 3 1" spacing=".001 .1 .1"/>', "Spacing"),
+    ('<frame pos="1 0 0"><flexcomp name="F" type="grid" dim="1" count="3 1 1" '
+     'spacing=".1 .1 .1"/></frame>', "frame"),
 ])
 def test_flexcomp_errors_name_the_element(bad, what):
     xml = f'<mujoco><worldbody><body name="b">{bad}</body></worldbody></mujoco>'

@@ -309,8 +309,9 @@ def _expand_one(el, compiler, source, deform, equality) -> None:
     src = el.get(SRC)
     a = Attrs(el, "flexcomp", {k: v for k, v in el.items() if k != SRC})
     parent = el.getparent()
-    while parent is not None and parent.tag == "frame":
-        parent = parent.getparent()
+    if parent.tag == "frame":
+        # MuJoCo places the generated bodies in the frame's body, without the frame's pose
+        raise MJCFError("<flexcomp> inside a <frame> is not supported by jaxsim yet", el)
     pname = "world" if parent.tag == "worldbody" else parent.get("name")
     if not pname:
         raise MJCFError("Parent body must have name", el)
