@@ -79,7 +79,7 @@ def _collides(m: Model, f: int) -> bool:
     ct, ca = int(m.flex_contype[f]), int(m.flex_conaffinity[f])
     gct, gca = _np(m.geom_contype), _np(m.geom_conaffinity)
     with_geom = bool(np.any((ct & gca) | (gct & ca)))
-    self_ = (ct & ca) and (int(m.flex_selfcollide[f]) or int(m.flex_internal[f]))
+    self_ = (ct & ca) and int(m.flex_selfcollide[f])
     return with_geom or bool(self_) or bool(m.nflex > 1 and any(
         (ct & int(m.flex_conaffinity[g])) or (int(m.flex_contype[g]) & ca)
         for g in range(m.nflex) if g != f))

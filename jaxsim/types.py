@@ -708,7 +708,6 @@ class Model(Struct):
     flex_conaffinity: np.ndarray = static("(nflex,)", "contact affinity bits")
     flex_condim: np.ndarray = static("(nflex,)", "contact dimensionality")
     flex_selfcollide: np.ndarray = static("(nflex,)", "self-collision mode (0: none)")
-    flex_internal: np.ndarray = static("(nflex,)", "internal collisions enabled")
     flex_edgeequality: np.ndarray = static("(nflex,)", "edge equality constraint (1: edges)")
     flex_vertbodyid: np.ndarray = static("(nflexvert,)", "body carrying each vertex")
     flex_edge: np.ndarray = static("(nflexedge, 2)", "edge vertex ids, local to the flex")

@@ -75,7 +75,7 @@ def compile_flex(ctx) -> None:
     out["flex_edge"] = cat([r["edge"] for r in recs]).reshape(-1, 2).astype(np.int64)
     out["flexedge_rigid"] = cat([r["erigid"] for r in recs]).astype(np.int64)
     for key in ("rigid", "centered", "contype", "conaffinity", "condim", "selfcollide",
-                "internal", "edgeequality"):
+                "edgeequality"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.int64)
     for key in ("radius", "edgestiffness", "edgedamping", "margin", "gap"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.float64)
@@ -142,6 +142,8 @@ def _one(ctx, el, weldid) -> dict:
     if elas is not None and (_get(elas, "young", float, 0.0) > 0
                              or _get(elas, "damping", float, 0.0) > 0):
         raise MJCFError("flex elasticity (young, damping) is not supported by jaxsim yet", elas)
+    if contact is not None and contact.get("internal") is not None:
+        raise MJCFError("unrecognized attribute: 'internal'", contact, "internal")
     if contact is not None and contact.get("passive") in ("true",):
         raise MJCFError("passive flex contacts are not supported by jaxsim yet", contact,
                         "passive")
@@ -177,7 +179,6 @@ def _one(ctx, el, weldid) -> dict:
         condim=_get(contact, "condim", int, 3),
         selfcollide=_SELF.get(contact.get("selfcollide", "auto") if contact is not None
                               else "auto", 4),
-        internal=int(_get(contact, "internal", lambda s: s == "true", False)),
         margin=_get(contact, "margin", float, 0.0), gap=_get(contact, "gap", float, 0.0),
         radius=_get(el, "radius", float, 0.005), edgestiffness=stiff, edgedamping=damp,
         edgeequality=0, where=f"{src} <flex '{name}'>" if src else f"<flex '{name}'>")
