@@ -34,17 +34,18 @@ def vertex_xpos(m: Model, d: State) -> jax.Array:
     return d.xpos[body] + jnp.einsum("kij,kj->ki", d.xmat[body], off)
 
 
-def edges(m: Model, d: State) -> tuple[jax.Array, jax.Array]:
-    """(length (nflexedge,), Jacobian (nflexedge, nv)) of every flex edge."""
+def edges(m: Model, d: State, ids: np.ndarray | None = None) -> tuple[jax.Array, jax.Array]:
+    """(length, Jacobian (k, nv)) of the flex edges `ids` (default: all)."""
     from jaxsim import smooth
 
     dt = d.qpos.dtype
-    if not m.nflexedge:
+    ids = np.arange(m.nflexedge) if ids is None else np.asarray(ids)
+    if not len(ids):
         return jnp.zeros(0, dt), jnp.zeros((0, m.nv), dt)
-    fid = np.repeat(np.arange(m.nflex), _np(m.flex_edgenum))
+    fid = np.repeat(np.arange(m.nflex), _np(m.flex_edgenum))[ids]
     vadr = _np(m.flex_vertadr)[fid]
-    v1 = vadr + _np(m.flex_edge)[:, 0]
-    v2 = vadr + _np(m.flex_edge)[:, 1]
+    v1 = vadr + _np(m.flex_edge)[ids, 0]
+    v2 = vadr + _np(m.flex_edge)[ids, 1]
     xpos = vertex_xpos(m, d)
     p1, p2 = xpos[v1], xpos[v2]
     vec, length = math.normalize_with_norm(p2 - p1)
@@ -62,15 +63,16 @@ def passive(m: Model, d: State, spring: bool, damper: bool) -> tuple[jax.Array, 
     if not m.nflexedge:
         return zero, zero
     fid = np.repeat(np.arange(m.nflex), _np(m.flex_edgenum))
-    on = ~_np(m.flex_rigid).astype(bool)[fid] & ~_np(m.flexedge_rigid).astype(bool)
-    if not on.any():
+    # only edges of flexes compiled with a spring or damper (no Jacobians for the others)
+    ids = np.nonzero(~_np(m.flex_rigid).astype(bool)[fid] & ~_np(m.flexedge_rigid).astype(bool)
+                     & _np(m.flex_haspassive).astype(bool)[fid])[0]
+    if not len(ids):
         return zero, zero
-    length, J = edges(m, d)
-    k = m.flex_edgestiffness[fid] if spring else jnp.zeros(len(fid), dt)
-    b = m.flex_edgedamping[fid] if damper else jnp.zeros(len(fid), dt)
-    mask = jnp.asarray(on, dt)
-    fs = k * (m.flexedge_length0 - length) * mask
-    fd = -b * (J @ d.qvel) * mask
+    length, J = edges(m, d, ids)
+    k = m.flex_edgestiffness[fid[ids]] if spring else jnp.zeros(len(ids), dt)
+    b = m.flex_edgedamping[fid[ids]] if damper else jnp.zeros(len(ids), dt)
+    fs = k * (m.flexedge_length0[ids] - length)
+    fd = -b * (J @ d.qvel)
     return fs @ J, fd @ J
 
 

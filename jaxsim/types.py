@@ -709,6 +709,9 @@ class Model(Struct):
     flex_condim: np.ndarray = static("(nflex,)", "contact dimensionality")
     flex_selfcollide: np.ndarray = static("(nflex,)", "self-collision mode (0: none)")
     flex_edgeequality: np.ndarray = static("(nflex,)", "edge equality constraint (1: edges)")
+    flex_haspassive: np.ndarray = static(
+        "(nflex,)", "edge stiffness or damping nonzero when compiled (fixes which edges get "
+        "passive forces)")
     flex_vertbodyid: np.ndarray = static("(nflexvert,)", "body carrying each vertex")
     flex_edge: np.ndarray = static("(nflexedge, 2)", "edge vertex ids, local to the flex")
     flexedge_rigid: np.ndarray = static("(nflexedge,)", "both ends on one welded body")

@@ -75,7 +75,7 @@ def compile_flex(ctx) -> None:
     out["flex_edge"] = cat([r["edge"] for r in recs]).reshape(-1, 2).astype(np.int64)
     out["flexedge_rigid"] = cat([r["erigid"] for r in recs]).astype(np.int64)
     for key in ("rigid", "centered", "contype", "conaffinity", "condim", "selfcollide",
-                "edgeequality"):
+                "edgeequality", "haspassive"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.int64)
     for key in ("radius", "edgestiffness", "edgedamping", "margin", "gap"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.float64)
@@ -181,7 +181,7 @@ def _one(ctx, el, weldid) -> dict:
                               else "auto", 4),
         margin=_get(contact, "margin", float, 0.0), gap=_get(contact, "gap", float, 0.0),
         radius=_get(el, "radius", float, 0.005), edgestiffness=stiff, edgedamping=damp,
-        edgeequality=0, where=f"{src} <flex '{name}'>" if src else f"<flex '{name}'>")
+        edgeequality=0, haspassive=int(stiff != 0 or damp != 0), where=f"{src} <flex '{name}'>" if src else f"<flex '{name}'>")
 
 
 def _xpos0(ctx, bid, vert, centered) -> np.ndarray:

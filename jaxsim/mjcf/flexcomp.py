@@ -21,6 +21,7 @@ from lxml import etree
 
 from jaxsim.mjcf import spatial
 from jaxsim.mjcf.errors import MJCFError
+from jaxsim.mjcf.flex import _list
 from jaxsim.mjcf.parse import SRC, Attrs
 
 MINVAL = 1e-15
@@ -40,23 +41,16 @@ def _fmtv(v) -> str:
 
 
 def _ints(el, attr: str) -> list[int]:
-    text = el.get(attr)
-    if text is None:
-        return []
-    try:
-        return [int(t) for t in text.split()]
-    except ValueError:
-        raise MJCFError(f"bad integer in '{text}'", el, attr) from None
+    return _list(el, attr, int)
 
 
 def _floats(el, attr: str) -> list[float]:
-    text = el.get(attr)
-    if text is None:
-        return []
-    try:
-        return [float(t) for t in text.split()]
-    except ValueError:
-        raise MJCFError(f"bad number in '{text}'", el, attr) from None
+    return _list(el, attr)
+
+
+def _file_path(compiler, fname: str) -> str:
+    return fname if not compiler.meshdir or fname.startswith("/") else \
+        f"{compiler.meshdir.rstrip('/')}/{fname}"
 
 
 # ------------------------------------------------------------------------------ generators
@@ -252,9 +246,7 @@ def _mesh(el, a, dim, source, compiler):
         raise MJCFError("File is required", el, "file")
     if fname.lower().endswith(".msh"):
         raise MJCFError("legacy MSH files are not supported in flexcomp", el, "file")
-    path = fname if not compiler.meshdir or fname.startswith("/") else \
-        f"{compiler.meshdir.rstrip('/')}/{fname}"
-    data = source.read(path, el, "file")
+    data = source.read(_file_path(compiler, fname), el, "file")
     try:
         raw = mesh_io.read_mesh_file(data, fname)
     except mesh_io.MeshError as e:
@@ -387,9 +379,7 @@ def _expand_one(el, compiler, source, deform, equality) -> None:
         fname = a["file"] if "file" in a else ""
         if not fname:
             raise MJCFError("File is required", el, "file")
-        path = fname if not compiler.meshdir or fname.startswith("/") else \
-            f"{compiler.meshdir.rstrip('/')}/{fname}"
-        pts, elems, dim = gmsh.read_gmsh(source.read(path, el, "file"),
+        pts, elems, dim = gmsh.read_gmsh(source.read(_file_path(compiler, fname), el, "file"),
                                          dim if "dim" in a else None, where=el)
         point = [tuple(p) for p in np.asarray(pts, float)]
         element = [tuple(int(v) for v in e) for e in np.asarray(elems)]
