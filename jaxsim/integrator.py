@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxsim import actuation, history, math, passive, rne, scan, sensor, smooth
+from jaxsim import actuation, history, linalg, math, passive, rne, scan, sensor, smooth
 from jaxsim import sleep as _sleep
 from jaxsim.types import (
     BiasType,
@@ -335,8 +335,7 @@ def euler(m: Model, d: State) -> State:
     b = _euler_damping(m, d)
     if b is not None:
         qH = d.qM + jnp.diag(m.opt.timestep * b)
-        L = jnp.linalg.cholesky(qH)
-        qacc = jax.scipy.linalg.cho_solve((L, True), d.qfrc_smooth + d.qfrc_constraint)
+        qacc = linalg.cho_solve(linalg.cholesky(qH), d.qfrc_smooth + d.qfrc_constraint)
     return advance(m, d, d.act_dot, qacc)
 
 
@@ -426,14 +425,14 @@ def implicit(m: Model, d: State) -> State:
     full = m.opt.integrator == Integrator.IMPLICIT
     D = qderiv(m, d, flg_bias=full)
     if full:
-        qacc = jnp.linalg.solve(d.qM - h * D, qfrc)
+        qacc = linalg.solve(d.qM - h * D, qfrc)
         return advance(m, d, d.act_dot, qacc)
 
     H = _implicitfast_matrix(m, d, D)
-    qacc = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(H), True), qfrc)
+    qacc = linalg.cho_solve(linalg.cholesky(H), qfrc)
     idx, A = _free_blocks(m, d, D)
     if len(idx):
-        x = jnp.linalg.solve(A, qfrc[idx][..., None])[..., 0]
+        x = linalg.solve(A, qfrc[idx])
         qacc = qacc.at[idx].set(x)
     return advance(m, d, d.act_dot, qacc)
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxsim import linalg
 from jaxsim.math import MINVAL
 from jaxsim.smooth import solve_m
 from jaxsim.solver import (
@@ -173,16 +174,16 @@ def _qcqp(A, b, dv, r, mask):
 
     def body(_, c):
         la, v, stop, fail = c
-        L = jnp.linalg.cholesky(As + la * jnp.diag(on))
+        L = linalg.cholesky(As + la * jnp.diag(on))
         piv = jnp.diagonal(L) ** 2
         finite = jnp.all(jnp.isfinite(piv))
         piv = jnp.where(finite, piv, 0.0)
         # 2 and 3 dimensions test the determinant, more the Cholesky pivots
         bad = jnp.where(nuse <= 3, jnp.prod(piv) < 1e-10, jnp.min(piv) < 1e-10) | ~finite
         L = jnp.where(finite, L, jnp.eye(L.shape[0], dtype=L.dtype))
-        vn = -jax.scipy.linalg.cho_solve((L, True), bs)
+        vn = -linalg.cho_solve(L, bs)
         val = jnp.dot(vn, vn) - r * r
-        delta = val / (2.0 * jnp.dot(vn, jax.scipy.linalg.cho_solve((L, True), vn)))
+        delta = val / (2.0 * jnp.dot(vn, linalg.cho_solve(L, vn)))
         run = ~stop & ~fail
         good = run & ~bad
         v = jnp.where(good, vn, v)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxsim import math, scan
+from jaxsim import linalg, math, scan
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import CamLight, JointType, Model, State, TrnType, WrapType
 
@@ -707,8 +707,8 @@ def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     if not m.nv:
         return x
     X = jnp.atleast_2d(x).T
-    tri = jax.scipy.linalg.solve_triangular
-    Y = tri(d.qLD, X, trans="T", lower=True, unit_diagonal=True)
+    tri = linalg.solve_triangular
+    Y = tri(d.qLD, X, trans=True, lower=True, unit_diagonal=True)
     Y = tri(d.qLD, Y * d.qLDiagInv[:, None], lower=True, unit_diagonal=True)
     return Y.T.reshape(x.shape)
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxsim import linalg
 from jaxsim.efc import Efc
 from jaxsim.math import MINVAL
 from jaxsim.smooth import solve_m
@@ -568,7 +569,7 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
     done = jnp.maximum(0.0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol
     if newton:
         done = done & gradok
-        mgrad = jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(_hessian(p, up)), True), grad)
+        mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad)
         done = done | (gradok & (jnp.maximum(0.0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol))
     search = -mgrad
 
@@ -597,8 +598,7 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         up = _update(p, jaref, has_cone, hess)
         grad = Ma - p.qfrc_smooth - p.J.T @ up.force
         if newton:
-            L = jnp.linalg.cholesky(_hessian(p, up))
-            mgrad = jax.scipy.linalg.cho_solve((L, True), grad)
+            mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad)
         else:
             mgrad = solve_m(m, d, grad)
         nchange = jnp.sum(up.state != c["state"]).astype(jnp.int32)
@@ -661,7 +661,7 @@ def _run(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int, any_active
 def _tangent_solve(g, y):
     """Solves the linearised optimality condition: its matrix is the Newton Hessian."""
     H = jax.jacfwd(g)(jnp.zeros_like(y))
-    return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(H), True), y)
+    return linalg.cho_solve(linalg.cholesky(H), y)
 
 
 def solve(m: Model, d: State, efc: Efc):

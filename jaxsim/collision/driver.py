@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim import linalg
 from jaxsim.collision.common import Contacts, Geom, make_frame
 from jaxsim.types import Contact, DisableBit, EnableBit, GeomType, Model, State
 
@@ -493,7 +494,7 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
     padn = jax.lax.stop_gradient(pad)[:, None]
     lo3, hi3 = lo3 - padn, hi3 + padn
     cen = cs - jnp.mean(cs, 0)
-    _, vec = jnp.linalg.eigh(cen.T @ cen + 1e-12 * jnp.eye(3, dtype=cs.dtype))
+    _, vec = linalg.eigh3(cen.T @ cen + 1e-12 * jnp.eye(3, dtype=cs.dtype))
     u = vec[:, -1]
     # projection of each box on u
     mid, half = 0.5 * (lo3 + hi3), 0.5 * (hi3 - lo3)

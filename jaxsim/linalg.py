@@ -1,0 +1,196 @@
+"""Small dense linear algebra in plain JAX operations (no LAPACK custom calls).
+
+jaxlib runs batched LAPACK calls (Cholesky, triangular solves, LU, eigh) through an FFI
+kernel that splits a large batch over XLA's intra-op thread pool and blocks its own pool
+thread until the pieces finish. When two such calls run concurrently (the CPU runtime
+executes independent operations in parallel) on a machine whose pool has as many threads
+as calls, every pool thread waits for work that no thread is free to run: the program
+hangs with no CPU use. On a 2-core machine a vmapped Newton step of the gymnasium ant
+hung this way from about 1000 worlds up.
+
+The simulator's matrices are small (nv x nv inertia and Newton Hessians, 6 x 6 free-body
+blocks, cone blocks of at most 6 x 6), so these routines do the factorisations and solves
+as loops of vector operations that XLA fuses and vectorises across a vmapped batch;
+matrices larger than `BLOCK` are split in two recursively (blocked Cholesky, block
+triangular solves, block elimination with the Schur complement), so large factorisations
+are mostly matrix products. All functions accept leading batch dimensions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxsim import hostnp
+
+# matrices of this order or smaller are factorised by the loops; larger ones in blocks
+BLOCK = 48
+
+
+def _chol2(a: jax.Array) -> jax.Array:
+    n = a.shape[-1]
+    idx = jnp.arange(n)
+
+    def body(j, L):
+        lj = jnp.where(idx < j, L[j], 0.0)  # row j of the finished columns
+        col = a[:, j] - L @ lj
+        d = jnp.sqrt(col[j])
+        new = jnp.where(idx > j, col / d, jnp.where(idx == j, d, 0.0))
+        return L.at[:, j].set(new)
+
+    return lax.fori_loop(0, n, body, jnp.zeros_like(a))
+
+
+def cholesky(a: jax.Array) -> jax.Array:
+    """Lower Cholesky factor L (L L' = a) of symmetric positive definite `a` (..., n, n).
+
+    Reads the lower triangle. Like LAPACK, a matrix that is not positive definite gives
+    NaN entries from the first failing pivot on.
+    """
+    if not a.shape[-1]:
+        return a
+    if hostnp.on_host():
+        return hostnp.jnp.linalg.cholesky(a)
+    return jnp.vectorize(_chol_blocked, signature="(n,n)->(n,n)")(a)
+
+
+def _chol_blocked(a: jax.Array) -> jax.Array:
+    n = a.shape[-1]
+    if n <= BLOCK:
+        return _chol2(a)
+    h = n // 2
+    L11 = _chol_blocked(a[:h, :h])
+    # L21 L11' = A21
+    L21 = _tri_blocked(L11, a[h:, :h].T, lower=True, unit=False).T
+    L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T)
+    top = jnp.concatenate([L11, jnp.zeros((h, n - h), a.dtype)], axis=1)
+    return jnp.concatenate([top, jnp.concatenate([L21, L22], axis=1)], axis=0)
+
+
+def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+    n = A.shape[0]
+    idx = jnp.arange(n)
+
+    def body(i, X):
+        r = i if lower else n - 1 - i
+        row = A[r]
+        row = jnp.where((idx < r) if lower else (idx > r), row, 0.0)
+        s = B[r] - row @ X
+        return X.at[r].set(s if unit else s / A[r, r])
+
+    return lax.fori_loop(0, n, body, jnp.zeros_like(B))
+
+
+def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+    n = A.shape[0]
+    if n <= BLOCK:
+        return _tri2(A, B, lower, unit)
+    h = n // 2
+    if lower:
+        X1 = _tri_blocked(A[:h, :h], B[:h], lower, unit)
+        X2 = _tri_blocked(A[h:, h:], B[h:] - A[h:, :h] @ X1, lower, unit)
+    else:
+        X2 = _tri_blocked(A[h:, h:], B[h:], lower, unit)
+        X1 = _tri_blocked(A[:h, :h], B[:h] - A[:h, h:] @ X2, lower, unit)
+    return jnp.concatenate([X1, X2], axis=0)
+
+
+def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: bool = False,
+                     unit_diagonal: bool = False) -> jax.Array:
+    """Solves op(a) x = b for triangular `a` (..., n, n); op(a) = a, or a' when `trans`.
+
+    Only the triangle named by `lower` is read (the other one and, with `unit_diagonal`,
+    the diagonal may hold anything finite). b is (..., n) or (..., n, k).
+    """
+    n = a.shape[-1]
+    if not n:
+        return b
+    if hostnp.on_host():  # the compiler's numpy pass (see hostnp)
+        return hostnp.jax.scipy.linalg.solve_triangular(
+            a, b, trans=1 if trans else 0, lower=lower, unit_diagonal=unit_diagonal)
+    vec = b.ndim == a.ndim - 1
+    A = jnp.swapaxes(a, -1, -2) if trans else a
+    low = lower != trans
+    B = b[..., None] if vec else b
+    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
+                        signature="(n,n),(n,k)->(n,k)")(A, B)
+    return out[..., 0] if vec else out
+
+
+def cho_solve(L: jax.Array, b: jax.Array) -> jax.Array:
+    """Solves (L L') x = b given the lower Cholesky factor L (..., n, n); b (..., n[, k])."""
+    y = solve_triangular(L, b, lower=True)
+    return solve_triangular(L, y, lower=True, trans=True)
+
+
+def _lu_solve2(A: jax.Array, B: jax.Array) -> jax.Array:
+    n = A.shape[0]
+    idx = jnp.arange(n)
+
+    def eliminate(j, c):
+        M, R = c
+        # partial pivoting: the largest remaining entry of column j becomes the pivot
+        p = jnp.argmax(jnp.where(idx >= j, jnp.abs(M[:, j]), -1.0))
+        perm = jnp.where(idx == j, p, jnp.where(idx == p, j, idx))
+        M, R = M[perm], R[perm]
+        f = jnp.where(idx > j, M[:, j] / M[j, j], 0.0)
+        return M - f[:, None] * M[j][None, :], R - f[:, None] * R[j][None, :]
+
+    U, Y = lax.fori_loop(0, n, eliminate, (A, B))
+    return _tri2(U, Y, lower=False, unit=False)
+
+
+def _solve_blocked(A: jax.Array, B: jax.Array) -> jax.Array:
+    n = A.shape[0]
+    if n <= BLOCK:
+        return _lu_solve2(A, B)
+    # block elimination: pivoting happens within the leading blocks only
+    h = n // 2
+    YZ = _solve_blocked(A[:h, :h], jnp.concatenate([A[:h, h:], B[:h]], axis=1))
+    Y, Z = YZ[:, : n - h], YZ[:, n - h:]
+    X2 = _solve_blocked(A[h:, h:] - A[h:, :h] @ Y, B[h:] - A[h:, :h] @ Z)
+    return jnp.concatenate([Z - Y @ X2, X2], axis=0)
+
+
+def solve(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Solves a x = b for a general square `a` (..., n, n) (LU with partial pivoting);
+    b is (..., n) or (..., n, k)."""
+    if not a.shape[-1]:
+        return b
+    vec = b.ndim == a.ndim - 1
+    B = b[..., None] if vec else b
+    out = jnp.vectorize(_solve_blocked, signature="(n,n),(n,k)->(n,k)")(a, B)
+    return out[..., 0] if vec else out
+
+
+def _jacobi_rot(a, p, q):
+    """One Jacobi rotation zeroing a[p, q] of a symmetric 3 x 3 matrix; returns (a, V)."""
+    apq = a[p, q]
+    small = jnp.abs(apq) < 1e-300
+    apq_s = jnp.where(small, 1.0, apq)
+    theta = (a[q, q] - a[p, p]) / (2.0 * apq_s)
+    t = jnp.sign(theta) / (jnp.abs(theta) + jnp.sqrt(theta * theta + 1.0))
+    t = jnp.where(theta == 0, 1.0, t)
+    c = 1.0 / jnp.sqrt(t * t + 1.0)
+    s = t * c
+    c, s = jnp.where(small, 1.0, c), jnp.where(small, 0.0, s)
+    G = jnp.eye(3, dtype=a.dtype)
+    G = G.at[p, p].set(c).at[q, q].set(c).at[p, q].set(s).at[q, p].set(-s)
+    return G.T @ a @ G, G
+
+
+def eigh3(a: jax.Array, sweeps: int = 6) -> tuple[jax.Array, jax.Array]:
+    """Eigenvalues (ascending) and eigenvectors (columns) of a symmetric 3 x 3 matrix, by
+    cyclic Jacobi rotations (a fixed number of sweeps; converged to rounding for 3 x 3)."""
+    def one(m):
+        V = jnp.eye(3, dtype=m.dtype)
+        for _ in range(sweeps):
+            for p, q in ((0, 1), (0, 2), (1, 2)):
+                m, G = _jacobi_rot(m, p, q)
+                V = V @ G
+        w = jnp.diagonal(m)
+        order = jnp.argsort(w)
+        return w[order], V[:, order]
+
+    return jnp.vectorize(one, signature="(3,3)->(3),(3,3)")(a)

@@ -1,0 +1,149 @@
+"""jaxsim.linalg (LAPACK-free small dense linear algebra) against numpy / scipy, and a check
+that the simulation programs contain no LAPACK custom calls.
+
+jaxlib 0.10's batched LAPACK kernels split large batches over XLA's intra-op thread pool
+and block a pool thread while they wait; two such calls running concurrently hang a
+2-core machine (a vmapped Newton step of the gymnasium ant over 1024 worlds did). The
+lowering check below fails if a LAPACK call comes back into forward, step or their
+gradients.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg as sl
+
+import jaxsim
+from jaxsim import linalg
+
+# 1, 3, 14: the loops; 49 and 101: the blocked recursion (BLOCK = 48) with odd splits
+SIZES = (1, 3, 14, 49, 101)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _spd(rng, n, batch=3):
+    X = rng.normal(size=(batch, n, n))
+    return X @ X.transpose(0, 2, 1) + n * np.eye(n)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_cholesky_and_cho_solve(n):
+    rng = np.random.default_rng(n)
+    A = _spd(rng, n)
+    # garbage above the diagonal is never read
+    A_low = np.tril(A) + np.triu(rng.normal(size=A.shape), 1)
+    L = np.asarray(linalg.cholesky(A_low))
+    np.testing.assert_allclose(L, np.linalg.cholesky(A), rtol=1e-10, atol=1e-10)
+    b = rng.normal(size=(3, n))
+    B = rng.normal(size=(3, n, 4))
+    np.testing.assert_allclose(linalg.cho_solve(L, b), np.linalg.solve(A, b[..., None])[..., 0],
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(linalg.cho_solve(L, B), np.linalg.solve(A, B), rtol=1e-9,
+                               atol=1e-12)
+
+
+def test_cholesky_not_positive_definite_gives_nan():
+    A = np.diag([1.0, -1.0, 2.0])
+    assert np.isnan(np.asarray(linalg.cholesky(A))[1:, 1]).all()
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("trans", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular(n, lower, trans, unit):
+    rng = np.random.default_rng(7 * n + lower + 2 * trans + 4 * unit)
+    T = rng.normal(size=(n, n)) / n + 2 * np.eye(n)
+    junk = 5.0 + rng.normal(size=(n, n))  # the unread triangle (and diagonal) hold garbage
+    A = np.where(np.tri(n, k=-1, dtype=bool) if lower else np.tri(n, k=-1, dtype=bool).T, T,
+                 junk)
+    if not unit:
+        A[np.diag_indices(n)] = np.diag(T)
+    B = rng.normal(size=(n, 2))
+    ref = sl.solve_triangular(A, B, lower=lower, trans=int(trans), unit_diagonal=unit)
+    got = linalg.solve_triangular(A, B, lower=lower, trans=trans, unit_diagonal=unit)
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-11)
+    got1 = linalg.solve_triangular(A, B[:, 0], lower=lower, trans=trans, unit_diagonal=unit)
+    np.testing.assert_allclose(got1, ref[:, 0], rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_solve_general(n):
+    rng = np.random.default_rng(3 * n)
+    A = rng.normal(size=(2, n, n)) + 0.5 * np.sqrt(n) * np.eye(n)
+    if n > 1:
+        A[0, 0, 0] = 0.0  # needs a row exchange
+    b = rng.normal(size=(2, n))
+    np.testing.assert_allclose(linalg.solve(A, b), np.linalg.solve(A, b[..., None])[..., 0],
+                               rtol=1e-8, atol=1e-10)
+
+
+def test_eigh3():
+    rng = np.random.default_rng(0)
+    S = rng.normal(size=(20, 3, 3))
+    S = S + S.transpose(0, 2, 1)
+    S[0] = np.diag([2.0, 1.0, 3.0])  # already diagonal
+    S[1] = np.eye(3)  # repeated eigenvalues
+    w, V = linalg.eigh3(S)
+    w0, _ = np.linalg.eigh(S)
+    np.testing.assert_allclose(w, w0, atol=1e-12)
+    np.testing.assert_allclose(np.einsum("bij,bjk->bik", S, V), V * np.asarray(w)[:, None, :],
+                               atol=1e-12)
+    np.testing.assert_allclose(np.einsum("bji,bjk->bik", V, V), np.broadcast_to(np.eye(3), S.shape),
+                               atol=1e-12)
+
+
+def test_gradients_match_lapack():
+    rng = np.random.default_rng(1)
+    A = _spd(rng, 6, 1)[0]
+    b = rng.normal(size=6)
+
+    def ours(A):
+        A = 0.5 * (A + A.T)
+        return jnp.sum(jnp.sin(linalg.cho_solve(linalg.cholesky(A), b)))
+
+    def ref(A):
+        A = 0.5 * (A + A.T)
+        return jnp.sum(jnp.sin(jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(A), True), b)))
+
+    np.testing.assert_allclose(jax.grad(ours)(A), jax.grad(ref)(A), rtol=1e-9, atol=1e-12)
+
+
+CONTACT = """
+<mujoco>
+  <option integrator="{integ}" cone="{cone}"/>
+  <worldbody>
+    <geom type="plane" size="5 5 .1"/>
+    <body pos="0 0 0.3"><freejoint/><geom type="box" size=".1 .2 .05" condim="{condim}"/>
+      <body pos=".2 0 0"><joint type="hinge" axis="0 1 0" damping="0.1"/>
+        <geom type="capsule" size=".03" fromto="0 0 0 .2 0 0"/></body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("integ,cone,condim,solver", [
+    ("implicit", "elliptic", 6, "Newton"), ("implicitfast", "pyramidal", 3, "PGS"),
+    ("Euler", "elliptic", 4, "CG"),
+])
+def test_simulation_programs_have_no_lapack_calls(integ, cone, condim, solver):
+    xml = CONTACT.format(integ=integ, cone=cone, condim=condim).replace(
+        "<option ", f'<option solver="{solver}" noslip_iterations="2" ')
+    m = jaxsim.load_string(xml, dtype=jnp.float64)
+    d = jaxsim.make_state(m)
+    batch = jax.tree.map(lambda x: jnp.broadcast_to(x, (4,) + jnp.shape(x)), d)
+    step = jax.vmap(lambda s: jaxsim.step(m, s))
+
+    def loss(qvel):
+        return jnp.sum(jaxsim.step(m, d.replace(qvel=qvel)).qpos)
+
+    for text in (jax.jit(step).lower(batch).as_text(),
+                 jax.jit(jax.grad(loss)).lower(d.qvel).as_text()):
+        assert "custom_call" not in text or "lapack" not in text.lower()
