@@ -276,10 +276,11 @@ def clear_sleeping_tendons(m: Model, d: State) -> State:
 
 def wake_tendon(m: Model, d: State) -> State:
     """Wakes a sleeping tree joined to an awake one by a limited tendon at its limit.
-    MuJoCo: mj_wakeTendon."""
+    MuJoCo: mj_wakeTendon (MuJoCo 4.0 skips it when limits or all constraints are disabled:
+    there are no limit rows to join the trees)."""
     num = _i(m.tendon_treenum)
     k = np.nonzero((num == 2) & np.asarray(m.tendon_limited, bool))[0]
-    if not len(k):
+    if not len(k) or m.opt.disableflags & (DisableBit.CONSTRAINT | DisableBit.LIMIT):
         return d
     ta = d.tree_asleep
     t1, t2 = _i(m.tendon_treeid).reshape(-1, 2)[k].T

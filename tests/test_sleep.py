@@ -112,6 +112,25 @@ def test_rollout_matches_mujoco(step, name, nstep, tol):
     assert changes >= 2  # something fell asleep and something woke
 
 
+@pytest.mark.parametrize("flag", ["mjDSBL_LIMIT", "mjDSBL_CONSTRAINT"])
+def test_tendon_without_limit_rows_does_not_wake(step, flag):
+    """With limits (or all constraints) disabled MuJoCo 4.0 does not wake a sleeping tree
+    through a limited tendon at its limit: there is no limit row to join the trees."""
+    ref, model = _pair("tendon.xml")
+    bit = int(getattr(mujoco.mjtDisableBit, flag))
+    ref.opt.disableflags |= bit
+    model = model.replace(opt=model.opt.replace(disableflags=model.opt.disableflags | bit))
+    d = mujoco.MjData(ref)
+    st = jaxsim.make_state(model)
+    for t in range(300):  # the falling box reaches the tendon's limit after ~180 steps
+        mujoco.mj_step(ref, d)
+        st = step(model, st)
+        np.testing.assert_array_equal(np.asarray(st.tree_asleep), d.tree_asleep,
+                                      err_msg=f"step {t}")
+    assert (d.tree_asleep >= 0).any()  # still asleep
+    np.testing.assert_allclose(np.asarray(st.qpos), d.qpos, atol=1e-9)
+
+
 def test_initial_state_matches_mujoco():
     """Trees initialised asleep: mj_forward keeps their accelerations at zero and builds
     no contacts within their islands."""
