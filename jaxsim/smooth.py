@@ -8,9 +8,9 @@ the recursions, one per object kind elsewhere.
 
 Differences from MuJoCo that are below rounding level, made for differentiability:
 - quaternions are always divided by their norm (MuJoCo skips it within 1e-15 of 1);
-- geoms, sites and inertial frames always use the full local-to-global transform
-  (MuJoCo copies the body frame where `*_sameframe` says the frames coincide), so
-  gradients reach `geom_pos`, `body_ipos`, ... even where they are zero;
+- where `*_sameframe` says a geom, site or inertial frame coincides with its body's
+  frame, the values are MuJoCo's copies but the derivatives those of the full transform,
+  so gradients reach `geom_pos`, `body_ipos`, ... even where they are zero;
 - `crb` computes every diagonal entry from the composite inertia (MuJoCo copies `dof_M0`
   for "simple" dofs; the values agree while `dof_M0` is up to date).
 """
@@ -56,11 +56,40 @@ def jac(m: Model, d: State, point: jax.Array, body: np.ndarray) -> tuple[jax.Arr
     return jacp, jacr
 
 
-def _local_to_global(d: State, body: np.ndarray, pos: jax.Array, quat: jax.Array):
-    """Global frame of objects given in their body's frame (mj_local2Global)."""
+# mjtSameFrame
+_SF_BODY, _SF_INERTIA, _SF_BODYROT, _SF_INERTIAROT = 1, 2, 3, 4
+
+
+def _local_to_global(d: State, body: np.ndarray, pos: jax.Array, quat: jax.Array,
+                     sameframe=None):
+    """Global frame of objects given in their body's frame (mj_local2Global).
+
+    Where the compiler found the object's frame to coincide (within 1e-6) with its body's
+    frame or inertial frame (`sameframe`), MuJoCo copies that frame's position and/or
+    orientation; the values here are those copies, to the bit. The derivatives stay
+    those of the full transform: the copied parts are written as the body frame composed
+    with the local offset minus itself (`x - stop_gradient(x)`, zero in value), so
+    gradients still reach `geom_pos`, `body_iquat`, ...
+    """
     body = _np(body)
-    xpos = d.xpos[body] + jnp.einsum("kij,kj->ki", d.xmat[body], pos)
-    xmat = math.quat_to_mat(math.quat_mul(d.xquat[body], quat))
+    R = d.xmat[body]
+    sf = np.zeros(len(body), np.int64) if sameframe is None else np.asarray(sameframe, np.int64)
+    copy_pos = np.isin(sf, (_SF_BODY, _SF_INERTIA))
+    if not copy_pos.any() and not sf.any():
+        xpos = d.xpos[body] + jnp.einsum("kij,kj->ki", R, pos)
+        return xpos, math.quat_to_mat(math.quat_mul(d.xquat[body], quat))
+    sg = jax.lax.stop_gradient
+    inertia_pos = jnp.asarray(sf == _SF_INERTIA)[:, None]
+    local = jnp.where(jnp.asarray(copy_pos)[:, None], pos - sg(pos), pos)
+    xpos = jnp.where(inertia_pos, d.xipos[body], d.xpos[body]) + jnp.einsum("kij,kj->ki", R,
+                                                                             local)
+    full = math.quat_to_mat(math.quat_mul(d.xquat[body], quat))
+    # copied orientations: body (or inertial) frame times R(identity + q - q), exactly it
+    ident = jnp.zeros_like(quat).at[:, 0].set(1.0)
+    base = jnp.where(jnp.asarray(np.isin(sf, (_SF_INERTIA, _SF_INERTIAROT)))[:, None, None],
+                     d.ximat[body], R)
+    copied = base @ math.quat_to_mat(ident + (quat - sg(quat)))
+    xmat = jnp.where(jnp.asarray(sf != 0)[:, None, None], copied, full)
     return xpos, xmat
 
 
@@ -168,16 +197,16 @@ def kinematics(m: Model, d: State) -> State:
     d = d.replace(xpos=xpos, xquat=xquat, xmat=xmat, xanchor=xanchor, xaxis=xaxis)
 
     bodies = np.arange(nbody)
-    xipos, ximat = _local_to_global(d, bodies, m.body_ipos, m.body_iquat)
+    xipos, ximat = _local_to_global(d, bodies, m.body_ipos, m.body_iquat, m.body_sameframe)
     # the world's inertial frame is the identity regardless of body 0's fields
     xipos = xipos.at[0].set(0.0)
     ximat = ximat.at[0].set(jnp.eye(3, dtype=dt))
     d = d.replace(xipos=xipos, ximat=ximat)
     if m.ngeom:
-        gx, gm = _local_to_global(d, m.geom_bodyid, m.geom_pos, m.geom_quat)
+        gx, gm = _local_to_global(d, m.geom_bodyid, m.geom_pos, m.geom_quat, m.geom_sameframe)
         d = d.replace(geom_xpos=gx, geom_xmat=gm)
     if m.nsite:
-        sx, sm = _local_to_global(d, m.site_bodyid, m.site_pos, m.site_quat)
+        sx, sm = _local_to_global(d, m.site_bodyid, m.site_pos, m.site_quat, m.site_sameframe)
         d = d.replace(site_xpos=sx, site_xmat=sm)
     if m.ncam:
         cx, cm = _local_to_global(d, m.cam_bodyid, m.cam_pos, m.cam_quat)

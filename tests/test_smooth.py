@@ -346,3 +346,47 @@ def test_float32_runs():
     assert d.qM.dtype == jnp.float32 and d.xpos.dtype == jnp.float32
     mujoco.mj_kinematics(mm, md)
     _close("xpos f32", d.xpos, md.xpos, 1e-5)
+
+
+SAMEFRAME = """
+<mujoco>
+  <worldbody>
+    <body pos=".1 .2 .3" euler="10 20 30">
+      <freejoint/>
+      <inertial pos="4e-7 0 0" quat="1 3e-7 0 0" mass="1" diaginertia=".1 .2 .3"/>
+      <geom type="sphere" size=".1" pos="3e-7 -2e-7 0" quat="1 0 2e-7 0"/>
+      <geom type="box" size=".1 .1 .1" pos=".2 0 0" quat="1 0 2e-7 0"/>
+      <site pos="4e-7 0 0" quat=".7071068 0 0 .7071068"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_sameframe_copies_values_and_keeps_gradients():
+    """Frames the compiler finds within 1e-6 of their body frame are MuJoCo's copies of the
+    body frame (BODY and BODYROT flags), to the bit; derivatives are the full transform's."""
+    ref = mujoco.MjModel.from_xml_string(SAMEFRAME)
+    assert set(ref.geom_sameframe) == {1, 3} and ref.body_sameframe[1] == 1
+    data = mujoco.MjData(ref)
+    data.qpos[3:7] = [0.9, 0.1, -0.3, 0.2]
+    data.qpos[3:7] /= np.linalg.norm(data.qpos[3:7])
+    mujoco.mj_kinematics(ref, data)
+    m = jaxsim.load_string(SAMEFRAME, dtype=jnp.float64)
+    np.testing.assert_array_equal(m.geom_sameframe, ref.geom_sameframe)
+    d = smooth.kinematics(m, jaxsim.make_state(m).replace(qpos=jnp.asarray(data.qpos)))
+    for name in ("xipos", "ximat", "geom_xpos", "geom_xmat", "site_xpos"):
+        np.testing.assert_array_equal(np.asarray(getattr(d, name)).reshape(-1),
+                                      getattr(data, name).reshape(-1), err_msg=name)
+    # a rotated site (no copy): the full transform, equal to rounding
+    np.testing.assert_allclose(np.asarray(d.site_xmat).reshape(-1), data.site_xmat.reshape(-1),
+                               atol=1e-15)
+
+    def gx(pos):
+        return smooth.kinematics(m.replace(geom_pos=pos), d).geom_xpos[0]
+
+    np.testing.assert_allclose(jax.jacfwd(gx)(m.geom_pos)[:, 0], data.xmat[1].reshape(3, 3),
+                               atol=1e-15)
+    dq = jax.jacfwd(lambda q: smooth.kinematics(m.replace(geom_quat=q), d).geom_xmat[0])(
+        m.geom_quat)[..., 0, :]
+    assert np.abs(np.asarray(dq)).max() > 0.1  # orientation derivatives survive the copy
