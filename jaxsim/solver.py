@@ -416,11 +416,20 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int):
     """
     A, C, G = 0, 1, 2
     zero = jnp.zeros(4, ln.g1.dtype)
+    # below float64, the derivative tolerance can lie under what the arithmetic resolves:
+    # the Newton steps stop moving alpha and MuJoCo's loop would run to ls_iterations.
+    # There a point also counts as converged when its Newton step is below the resolution
+    # of alpha (|d| / d2 <= 4 ulps of |alpha|: a stagnated search), and a bracket
+    # narrowed to a few ulps ends the search. float64 keeps MuJoCo's rule unchanged.
+    stagnation = ln.g1.dtype != jnp.float64
+    ulps = 4 * jnp.finfo(ln.g1.dtype).eps
 
     def newton(q):
         return q[A] - q[G] / q[3]
 
     def converged(q):
+        if stagnation:
+            return jnp.abs(q[G]) < jnp.maximum(gtol, ulps * q[3] * jnp.abs(q[A]))
         return jnp.abs(q[G]) < gtol
 
     def update(q, cands):
@@ -494,6 +503,9 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int):
 
         # out of evaluations before a midpoint: the better bracket end if it improves
         again = to_mid & (n < ls_iterations)
+        if stagnation:  # or the bracket is as narrow as the arithmetic resolves
+            again = again & (jnp.abs(p2[A] - p1[A])
+                             > ulps * jnp.maximum(jnp.abs(p1[A]), jnp.abs(p2[A])))
         nph = jnp.where(again, 4, nph)
         out = to_mid & ~again
         pick1 = (p1[C] <= p2[C]) & (p1[C] < 0)
@@ -608,6 +620,11 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         info = _record(c["info"], c["it"], ~stop, improvement, gradient, slope * scale / snorm,
                        nactive, nchange, neval)
         term = ((improvement > 0) & (improvement < tol)) | (gradient < tol)
+        if qacc.dtype != jnp.float64:
+            # stagnation below float64: a step that no longer moves qacc at the working
+            # precision ends the iterations (float64 keeps MuJoCo's tests only)
+            ulps = 4 * jnp.finfo(qacc.dtype).eps
+            term = term | (jnp.abs(alpha) * snorm <= ulps * jnp.linalg.norm(qacc))
         if newton:
             term = term | (jnp.maximum(0.0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol)
             search = -mgrad

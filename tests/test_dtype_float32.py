@@ -20,6 +20,7 @@ import sys
 os.environ.setdefault("JAX_ENABLE_X64", "1")
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -111,3 +112,42 @@ def test_float32_model_stays_float32(path, option, fns):
         assert not wide, f"{name}: float64 inside a float32 model:\n" + "\n".join(wide)
         bad = _not_float32(shape)
         assert not bad, f"{name}: non-float32 State leaves: {bad[:10]}"
+
+
+def test_float32_line_search_stops_on_stagnation():
+    """With tolerances below float32's resolution MuJoCo's line search would run to
+    ls_iterations and its iterations to the bound; in float32 both stop on stagnation (a
+    Newton step that no longer moves alpha, a bracket a few ulps wide, a step that no
+    longer moves qacc), with the same answer as float64."""
+    import importlib
+
+    from jaxsim import constraint, solver
+
+    forward = importlib.import_module("jaxsim.forward")  # the module, not jaxsim.forward()
+
+    xml = """
+    <mujoco><option tolerance="1e-30" ls_tolerance="1e-30" ls_iterations="50"/>
+      <worldbody><geom type="plane" size="5 5 .1"/>
+        <body pos="0 0 .099" euler="3 4 0"><freejoint/><geom type="box" size=".1 .2 .1"/></body>
+        <body pos=".5 0 .09"><freejoint/><geom type="sphere" size=".1" condim="6"/></body>
+      </worldbody></mujoco>"""
+
+    def run(dtype):
+        m = jaxsim.load_string(xml, dtype=dtype)
+        d = jaxsim.make_state(m)
+        d = d.replace(qvel=d.qvel.at[0].set(0.3).at[6].set(-0.2))
+
+        def f(d):
+            d = forward.fwd_acceleration(m, forward.fwd_actuation(
+                m, forward.fwd_velocity(m, forward.fwd_position(m, d))))
+            return solver.solve(m, d, constraint.make_constraint(m, d))
+
+        return jax.jit(f)(d)
+
+    qacc32, _, _, info32 = run(jnp.float32)
+    with jax.enable_x64(True):
+        qacc64, _, _, info64 = run(jnp.float64)
+    n = int(info32.niter)
+    assert 1 <= n < 30  # the iterations stop too (the bound is 100)
+    assert int(np.max(np.asarray(info32.neval)[:n])) < 20
+    np.testing.assert_allclose(np.asarray(qacc32), np.asarray(qacc64), rtol=1e-3, atol=1e-3)
