@@ -5,9 +5,11 @@ import os
 os.environ.setdefault("JAX_ENABLE_X64", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import gc  # noqa: E402
 import pathlib  # noqa: E402
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -33,3 +35,27 @@ def mjx_test_data() -> pathlib.Path | None:
         return None
     p = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data"
     return p if p.exists() else None
+
+
+def _mapped_regions() -> int:
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops JAX's compiled programs after each test module.
+
+    Every compiled XLA:CPU executable keeps a few memory mappings; a long-lived pytest-xdist
+    worker that compiles hundreds of simulation programs reaches the kernel's limit on
+    mappings per process (vm.max_map_count, 65530 by default), after which LLVM's next
+    allocation fails and the process dies with a segfault inside the XLA compiler (seen in
+    CI in tests that pass alone). Modules share no compiled functions with each other.
+    """
+    yield
+    if _mapped_regions() > 2000:
+        jax.clear_caches()
+        gc.collect()
