@@ -74,12 +74,12 @@ def _local_to_global(d: State, body: np.ndarray, pos: jax.Array, quat: jax.Array
     body = _np(body)
     R = d.xmat[body]
     sf = np.zeros(len(body), np.int64) if sameframe is None else np.asarray(sameframe, np.int64)
-    copy_pos = np.isin(sf, (_SF_BODY, _SF_INERTIA))
-    if not copy_pos.any() and not sf.any():
+    if not sf.any():
         xpos = d.xpos[body] + jnp.einsum("kij,kj->ki", R, pos)
         return xpos, math.quat_to_mat(math.quat_mul(d.xquat[body], quat))
     sg = jax.lax.stop_gradient
     inertia_pos = jnp.asarray(sf == _SF_INERTIA)[:, None]
+    copy_pos = np.isin(sf, (_SF_BODY, _SF_INERTIA))
     local = jnp.where(jnp.asarray(copy_pos)[:, None], pos - sg(pos), pos)
     xpos = jnp.where(inertia_pos, d.xipos[body], d.xpos[body]) + jnp.einsum("kij,kj->ki", R,
                                                                              local)
