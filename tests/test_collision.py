@@ -244,3 +244,34 @@ def test_exact_touches_as_mujoco():
         ref = sorted(zip(d.contact.geom[:d.ncon].tolist(), d.contact.dist[:d.ncon].tolist()))
         assert [g for g, _ in ours] == [g for g, _ in ref]
         np.testing.assert_allclose([x for _, x in ours], [x for _, x in ref], atol=1e-15)
+
+
+def _grid_xml(gap):
+    boxes = "".join(
+        f'<body pos="{0.1 * i + gap * i} {0.1 * j + gap * j} 0.05"><freejoint/>'
+        f'<geom type="mesh" mesh="box"/></body>' for i in range(4) for j in range(2))
+    return ('<mujoco><asset><mesh name="box" vertex="-1 -1 -1 1 -1 -1 1 1 -1 1 1 1 1 -1 1 '
+            '-1 1 -1 -1 1 1 -1 -1 1" scale=".05 .05 .05"/></asset><worldbody>'
+            f'<geom type="plane" size="1 1 .1"/>{boxes}</worldbody></mujoco>')
+
+
+@pytest.mark.parametrize("gap", [0.0, 4e-10])
+def test_broadphase_decides_near_touches_as_mujoco(gap):
+    """Mesh boxes in a 4 x 2 grid whose float32 vertices overlap by about 1e-9: MuJoCo's
+    sweep and prune compares the body boxes along the principal axis (here x) in float32
+    and along the others in double, so with centres 0.1 + 4e-10 apart the y neighbours
+    are pruned (their boxes are apart in double) while the x neighbours pair (tied in
+    float32); with no gap every neighbour pairs. Geom distances alone would pair all."""
+    xml = _grid_xml(gap)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    st = _ours(model, d.qpos)
+    pairs = lambda gs: sorted({tuple(sorted(g)) for g in gs})  # noqa: E731
+    act = np.asarray(st.contact.active)
+    ours = pairs(np.asarray(st.contact.geom)[act].tolist())
+    ref = pairs(d.contact.geom[:d.ncon].tolist())
+    assert ours == ref
+    between = [p for p in ref if 0 not in p]
+    assert len(between) == (16 if gap == 0 else 6)  # all 16 neighbours / the 6 along x

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import linalg
+from jaxsim.collision import broadphase
 from jaxsim.collision.common import Contacts, Geom, make_frame
 from jaxsim.types import Contact, DisableBit, EnableBit, GeomType, Model, State
 
@@ -80,6 +81,7 @@ class Plan(NamedTuple):
     source: np.ndarray  # 1: geom 1's parameters, 2: geom 2's, 0: mixed (same priority)
     sweeps: tuple  # of Sweep: groups whose pairs are found at run time
     filt: object  # _Filter, for the run-time pairs
+    broad: object  # broadphase.Static
 
 
 # A group with at least SWEEP_MIN candidate pairs (automatic, between bounded geoms) is
@@ -262,7 +264,7 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
     if m.npair:
         condim = np.where(ip >= 0, _np(m.pair_dim)[np.maximum(ip, 0)], condim)
     out = Plan(tuple(groups), ncand, ncon, g1, g2, ip, condim, source, tuple(sweeps),
-               _filter_info(m))
+               _filter_info(m), broadphase.Static(m))
     if len(_PLANS) > 64:
         _PLANS.clear()
     _PLANS[key] = out
@@ -401,6 +403,7 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
         return None
     margin, gap = _margin_gap(m, p.geom1, p.geom2, p.ipair)
     keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap + TOUCH)  # conservative
+    keep &= _broadphase(m, d, p, p.geom1, p.geom2, p.ipair)
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
@@ -420,6 +423,18 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
     cat = [jnp.concatenate(xs)[perm] for xs in zip(*parts, strict=True)]
     return _Slots(*cat, geom1=p.geom1[ps], geom2=p.geom2[ps], ipair=p.ipair[ps],
                   condim=p.condim[ps], src=p.source[ps], margin=margin[ps])
+
+
+def _broadphase(m: Model, d: State, p: Plan, g1, g2, ip, boxes=None):
+    """MuJoCo's sweep and prune over body boxes (collision/broadphase.py) for automatic
+    pairs; True for explicit pairs and pairs with always-colliding bodies."""
+    bp = p.broad
+    b1, b2 = bp.gbody[g1], bp.gbody[g2]
+    free = bp.body_pair_free(b1, b2) | (np.asarray(ip) >= 0)
+    if np.all(free):
+        return jnp.ones(np.shape(g1), bool)
+    blo, bhi = broadphase.body_boxes(m, d, bp) if boxes is None else boxes
+    return jnp.asarray(free) | broadphase.sap_keep(blo, bhi, jnp.asarray(b1), jnp.asarray(b2))
 
 
 def _finish(m: Model, d: State, s: _Slots, ncon: int, dt) -> State:
@@ -526,6 +541,10 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
     ga, gb = ids[a], ids[b]
     ok &= jnp.all((lo3[a] <= hi3[b]) & (lo3[b] <= hi3[a]), axis=-1)
     ok &= _auto_ok(f, ga, gb, jnp)
+    bp = p.broad
+    gbody, always = jnp.asarray(bp.gbody), jnp.asarray(bp.always)
+    b1, b2 = gbody[ga], gbody[gb]
+    ok &= always[b1] | always[b2] | broadphase.sap_keep(*broadphase.body_boxes(m, d, bp), b1, b2)
     nok = jnp.sum(ok)
     sel = jnp.nonzero(ok, size=sw.cap2, fill_value=0)[0]
     live = jnp.arange(sw.cap2) < nok
