@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -69,7 +71,8 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
 def _init_asleep(model: Model, state: State) -> State:
     """Puts the trees with sleep policy "init" to sleep, as mj_resetData: forward at the
     initial state, then the sleep step with those trees ready; every one must fall asleep
-    (with the islands they form), else ValueError. Inside a trace (an autoreset in `step`)
+    (with the islands they form); when some cannot, MuJoCo 4.0 warns and leaves
+    them awake, and so does this. Inside a trace (an autoreset in `step`)
     the model's values are unknown, and the trees start awake instead."""
     import jax
 
@@ -88,11 +91,12 @@ def _init_asleep(model: Model, state: State) -> State:
         t = int(np.nonzero(init & ~went)[0][0])
         root = int(model.tree_bodyadr[t])
         name = model.id2name(1, root)
-        raise ValueError(
+        warnings.warn(
             f"{int(init.sum())} trees were marked as sleep='init' but only "
             f"{int((init & went).sum())} could be slept; body '{name}' (id={root}) is the root "
             "of the first tree that could not (its island holds a tree that may not sleep "
-            "initially)")
+            "initially); those trees start awake, as MuJoCo 4.0 does", stacklevel=3)
+        ta = jnp.where(jnp.asarray(init & ~went), sleep.AWAKE, ta).astype(ta.dtype)
     ds = sleep.dof_asleep(model, ta)
     zero = jnp.zeros_like(d.qvel)
     # mj_resetData clears the smooth accelerations and the constraint arena afterwards

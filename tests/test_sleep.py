@@ -72,10 +72,14 @@ def test_policy_errors():
     assert "tendon equality" in str(e.value) and e.value.line == 1
 
 
-def test_init_island_that_cannot_sleep_is_an_error():
+def test_init_island_that_cannot_sleep_warns_and_stays_awake():
+    """MuJoCo 4.0 warns (its documentation still speaks of an error) and starts the trees
+    that could not sleep awake; the other trees keep their sleep countdown."""
     model = jaxsim.load(str(SLEEP / "init_island_fail.xml"), dtype=jnp.float64)
-    with pytest.raises(ValueError, match="asleep_init0"):
-        jaxsim.make_state(model)
+    with pytest.warns(UserWarning, match="asleep_init0"):
+        st = jaxsim.make_state(model)
+    ref = mujoco.MjModel.from_xml_path(str(SLEEP / "init_island_fail.xml"))
+    np.testing.assert_array_equal(np.asarray(st.tree_asleep), mujoco.MjData(ref).tree_asleep)
 
 
 @pytest.mark.parametrize("name,nstep,tol", [
