@@ -254,8 +254,22 @@ def step(m: Model, d: State) -> State:
     world whose qacc comes out bad is reset and returned without integrating: it is one step
     behind MuJoCo, which integrates the reset state in the same call.
     """
-    d = forward(m, check_pos_vel(m, d))
+    d = check_pos_vel(m, d)
+    if _rk4_in_one_pass(m):
+        out, qacc0 = _integrator.rungekutta4(m, d, first_stage=True)
+        return reset_where(m, out, _is_bad(qacc0), Warning.BADQACC)
+    d = forward(m, d)
     return _integrate_unless_reset(m, d, lambda dd: integrate(m, dd))
+
+
+def _rk4_in_one_pass(m: Model) -> bool:
+    """RK4 models whose forward pass equals the sensor-less one of the later stages (no
+    sensors, no sleeping islands), stepped with the default reset on a bad qacc and no
+    fwdinv comparison: the forward pass and the three stages are one scanned pass,
+    compiled once."""
+    return (m.opt.integrator == Integrator.RK4 and m.nsensor == 0 and not _sleep.enabled(m)
+            and not m.opt.disableflags & DisableBit.AUTORESET
+            and not m.opt.enableflags & EnableBit.FWDINV)
 
 
 def compare_fwd_inv(m: Model, d: State) -> State:

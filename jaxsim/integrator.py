@@ -456,7 +456,7 @@ def _dexpinv(theta: jax.Array, k: jax.Array) -> jax.Array:
     return k + 0.5 * c + jnp.cross(theta, c) / 12.0
 
 
-def rungekutta4(m: Model, d: State) -> State:
+def rungekutta4(m: Model, d: State, first_stage: bool = False):
     """Explicit 4th-order Runge-Kutta. MuJoCo: mj_RungeKutta(m, d, 4).
 
     Stage i sets qpos = qpos0 (+) h sum_j A_ij qvel_j (through integrate_pos), qvel and act
@@ -466,6 +466,11 @@ def rungekutta4(m: Model, d: State) -> State:
     (Runge-Kutta-Munthe-Kaas, as MuJoCo 4.0), so orientations are 4th-order accurate. The
     final update is mj_advance with the B-weighted act_dot, qacc and (corrected) qvel, from
     the initial state; derived fields left in the state are those of the last stage.
+
+    With `first_stage`, `d` has not been through forward yet: the scan runs the first
+    stage too (one compiled forward pass per step instead of two; only for models whose
+    forward equals forward without sensors, see forward.step), and the result is
+    (state, qacc of the first stage).
     """
     from jaxsim.forward import forward_skip
 
@@ -476,10 +481,13 @@ def rungekutta4(m: Model, d: State) -> State:
     rot = _rot_dofs(m)
     dt = v0.dtype
     # stage velocities (rotations RKMK-corrected), accelerations and act_dot, by stage;
-    # the three intermediate stages are one scanned forward pass (compiled once)
+    # the intermediate stages are one scanned forward pass (compiled once)
     A = np.zeros((3, 4))
     for i, row in enumerate(_RK4_A):
         A[i, :len(row)] = row
+    first = 0 if first_stage else 1
+    if first_stage:
+        A = np.concatenate([np.zeros((1, 4)), A])
     vel = jnp.zeros((4,) + v0.shape, dt).at[0].set(v0)
     acc = jnp.zeros((4,) + v0.shape, dt).at[0].set(d.qacc)
     adot = jnp.zeros((4,) + a0.shape, dt).at[0].set(d.act_dot)
@@ -487,19 +495,22 @@ def rungekutta4(m: Model, d: State) -> State:
     def stage(carry, x):
         d, vel, acc, adot = carry
         i, row = x
-        # one nonzero coefficient per row: the sums equal MuJoCo's exactly
+        # one nonzero coefficient per row: the sums equal MuJoCo's exactly; the first stage
+        # (all zero) is the state itself
         dq, dv, da = row @ vel, row @ acc, row @ adot
-        d = d.replace(qpos=integrate_pos(m, q0, dq, h), qvel=v0 + h * dv, act=a0 + h * da,
-                      time=t0 + jnp.sum(row) * h)
+        at0 = i == 0
+        d = d.replace(qpos=jnp.where(at0, q0, integrate_pos(m, q0, dq, h)),
+                      qvel=jnp.where(at0, v0, v0 + h * dv), act=jnp.where(at0, a0, a0 + h * da),
+                      time=jnp.where(at0, t0, t0 + jnp.sum(row) * h))
         d = forward_skip(m, d, skipsensor=True)
         v = d.qvel
         if rot.size:
-            v = v.at[rot].set(_dexpinv(h * dq[rot], v[rot]))
-        return (d, vel.at[i + 1].set(v), acc.at[i + 1].set(d.qacc),
-                adot.at[i + 1].set(d.act_dot)), None
+            v = jnp.where(at0, v, v.at[rot].set(_dexpinv(h * dq[rot], v[rot])))
+        return (d, vel.at[i].set(v), acc.at[i].set(d.qacc), adot.at[i].set(d.act_dot)), None
 
     (d, vel, acc, adot), _ = lax.scan(stage, (d, vel, acc, adot),
-                                      (jnp.arange(3), jnp.asarray(A, dt)))
+                                      (jnp.arange(first, 4), jnp.asarray(A, dt)))
+    acc0 = acc[0]
     vel, F = list(vel), list(zip(acc, adot, strict=True))
 
     def comb(coef):
@@ -510,4 +521,5 @@ def rungekutta4(m: Model, d: State) -> State:
 
     dq, dv, da = comb(_RK4_B)
     d = d.replace(time=t0, qpos=q0, qvel=v0, act=a0)
-    return advance(m, d, da, dv, dq, hist)
+    out = advance(m, d, da, dv, dq, hist)
+    return (out, acc0) if first_stage else out

@@ -8,6 +8,7 @@ smooth forces, accelerations, body accelerations/forces and one step must agree 
 models; JAXSIM_TEST_ALL=1 sweeps the gymnasium, MJX and corpus models and models/.
 """
 
+import importlib
 import os
 import pathlib
 import uuid
@@ -22,7 +23,7 @@ from lxml import etree
 import jaxsim
 from jaxsim import rne
 from jaxsim.forward import integrate
-from jaxsim.types import Integrator
+from jaxsim.types import Integrator, Warning
 from tests.conftest import CORPUS, MODELS, gym_assets, mjx_test_data
 
 TOL = 1e-8
@@ -294,3 +295,37 @@ def test_step1_step2_equal_step():
     one = _step(model, st)
     np.testing.assert_allclose(two.qpos, one.qpos, rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(two.qvel, one.qvel, rtol=1e-14, atol=1e-14)
+
+
+_RK4_CONTACT = """<mujoco><option integrator="RK4" timestep="0.005"/><worldbody>
+  <geom type="plane" size="2 2 .1"/>
+  <body pos="0 0 .12"><freejoint/><geom type="box" size=".1 .08 .06"/>
+    <body pos=".1 0 0"><joint axis="0 1 0" damping=".1"/><geom type="capsule" size=".03 .1"
+      fromto="0 0 0 .2 0 0"/></body></body></worldbody>
+  <actuator><motor joint="0" gear="1"/></actuator></mujoco>"""
+
+
+def test_rk4_in_one_scanned_pass_equals_forward_then_stages():
+    """Sensor-less RK4 models step with the forward pass as the first of four scanned
+    stages (one compiled forward): bit for bit the result of forward then the three
+    stages, contacts and a bad-qacc reset included."""
+    fwd = importlib.import_module("jaxsim.forward")
+    model = jaxsim.load_string(_RK4_CONTACT.replace('joint="0"', 'joint="j"').replace(
+        '<joint axis', '<joint name="j" axis'), dtype=jnp.float64)
+    assert fwd._rk4_in_one_pass(model)
+    st = jaxsim.make_state(model)
+    st = st.replace(qvel=st.qvel.at[:].set(jnp.linspace(-0.5, 0.5, model.nv)),
+                    ctrl=jnp.full_like(st.ctrl, 0.4))
+    bad = st.replace(qfrc_applied=st.qfrc_applied.at[0].set(jnp.nan))
+
+    def two_passes(m, d):
+        d = fwd.forward(m, fwd.check_pos_vel(m, d))
+        return fwd._integrate_unless_reset(m, d, lambda dd: fwd.integrate(m, dd))
+
+    for s in (st, bad):
+        one = _step(model, s)
+        ref = jax.jit(two_passes)(model, s)
+        for a, b in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(ref),
+                        strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(_step(model, bad).warning[Warning.BADQACC]) == 1
