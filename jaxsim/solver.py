@@ -404,7 +404,7 @@ def _eval(p: _Problem, ln: _Line, alpha):
     return jnp.stack([alpha, cost, d0, d1])
 
 
-def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int):
+def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
     """Exact line search: Newton steps, then bracketing. MuJoCo: PrimalSearch.
 
     Points are [alpha, cost - cost(0), d cost, d2 cost]. MuJoCo's sequence of evaluations
@@ -412,7 +412,8 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int):
     0 the origin, 1 its Newton point, 2 one-sided Newton steps, 3 the first bracket's
     Newton point, 4 the bracket's midpoint, 5 and 6 the updated brackets' Newton points.
     Returns (alpha, improvement, number of evaluations, |derivative| at alpha); alpha = 0
-    means no improvement.
+    means no improvement. With `skip` (a world of a vmapped batch whose solver has already
+    stopped) no point is evaluated and alpha is 0.
     """
     A, C, G = 0, 1, 2
     zero = jnp.zeros(4, ln.g1.dtype)
@@ -519,7 +520,7 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int):
 
     init = dict(phase=jnp.int32(0), n=jnp.int32(0), p0=zero, p1=zero, p2=zero, p1n=zero,
                 p2n=zero, b1=jnp.bool_(False), b2=jnp.bool_(False), dir=zero[0],
-                done=jnp.bool_(False), res=zero, ok=jnp.bool_(True))
+                done=jnp.asarray(skip, bool), res=zero, ok=jnp.bool_(True))
     c = lax.while_loop(lambda c: ~c["done"], body, init)
     r = c["res"]
     return r[A], -r[C], c["n"], jnp.where(c["ok"], jnp.abs(r[G]), 0.0)
@@ -598,8 +599,10 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         Mv = p.M @ v
         jv = p.J @ v
         ln = _prepare(p, has_cone, c["jaref"], jv, c["Ma"], Mv, v)
+        # under vmap the loop runs while any world iterates: the stopped ones evaluate
+        # nothing (their line search would otherwise run to ls_iterations every trip)
         alpha, ls_imp, neval, slope = _linesearch(p, ln, ls_tol * snorm / scale,
-                                                  m.opt.ls_iterations)
+                                                  m.opt.ls_iterations, skip=c["done"])
         small = snorm < MINVAL
         alpha = jnp.where(small, 0.0, alpha)
         stop = alpha == 0

@@ -413,3 +413,31 @@ def test_grad_iterations():
     grads = [np.asarray(c[6](c[2].qacc_smooth, c[3].aref)[0]) for c in cases]
     assert temp[0] == temp[1]
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-12)
+
+
+def test_vmapped_worlds_stop_independently():
+    """Worlds of a vmapped batch that need different numbers of iterations: each gets the
+    result, iteration count and line-search evaluations of its own unbatched solve (the
+    worlds that have stopped evaluate nothing while the others iterate)."""
+    m, d = _mujoco(SMALL, PYRAMIDAL, NEWTON, 200, 1e-12)
+    case, _ = _run(SMALL, m, d)
+    jm, js, efc, _, _ = case
+    K = efc.contact_nrow
+
+    def one(s):
+        e = efc._replace(aref=efc.aref * s, contact_nrow=K)
+        return solver.solve(jm, js.replace(qacc_warmstart=js.qacc_warmstart * s), e)
+
+    scales = jnp.asarray([0.0, 0.5, 1.0, 4.0])
+    opts = {"xla_backend_optimization_level": 0}
+    batch = jax.tree.map(np.asarray, jax.jit(jax.vmap(one), compiler_options=opts)(scales))
+    single = jax.jit(one, compiler_options=opts)
+    niters = []
+    for i, s in enumerate(scales):
+        ref = jax.tree.map(np.asarray, single(s))
+        np.testing.assert_allclose(batch[0][i], ref[0], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(batch[1][i], ref[1], rtol=1e-10, atol=1e-10)
+        assert int(batch[3].niter[i]) == int(ref[3].niter)
+        np.testing.assert_array_equal(batch[3].neval[i], ref[3].neval)
+        niters.append(int(ref[3].niter))
+    assert len(set(niters)) > 1, niters
