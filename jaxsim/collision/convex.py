@@ -25,11 +25,14 @@ where it departs from the 3.x sources it was checked against (found by running i
   outward normal, like mesh faces); a cylinder feature also offers one edge, the side line
   from its first point towards the other cap (length 2 * half-height).
 
-Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): its clipping
-of capsule segments against faces (4.0 offsets the segment by radius * (n - (n.u) u), n the
-face normal, u the axis, so its distances are shallower than the capsule's true depth by
-radius * (n.u)^2; which face it uses was not pinned down), its face/edge contacts of
-plane-mesh (MuJoCo 3's deepest vertex plus two graph neighbours are kept) and libccd
+- a capsule lying along a mesh face gets two contacts (`_capsule_face`: its axis ends offset
+  by -radius * (n - (n.u) u), n the face normal, u the axis, clipped by the face's edges, so
+  the distances are shallower than the capsule's true depth by radius * (n.u)^2), for
+  static geom types (the driver's groups).
+
+Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): the same
+clipping of capsules against cylinder caps and, in one compiled function for traced geom
+types, against meshes; its face/edge contacts of plane-mesh (MuJoCo 3's deepest vertex plus two graph neighbours are kept) and libccd
 (NATIVECCD disabled). When more than four clipped points remain (a 16-gon cap nearly
 always), 4.0 keeps another quadrilateral than `_polygon_quad` of the clipped polygon in many
 poses (no start vertex or orientation of the polygon reproduces its choice), so the deepest
@@ -63,7 +66,9 @@ from jaxsim.collision.ccd import (
     BOX,
     CAPSULE,
     CYLINDER,
+    EDGE_TOL,
     ELLIPSOID,
+    FACE_TOL,
     I32,
     MESH,
     PLANE,
@@ -71,6 +76,7 @@ from jaxsim.collision.ccd import (
     MeshData,
     Pair,
     ccd,
+    cross,
     dot,
     is_type,
     mul,
@@ -166,6 +172,14 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) ->
     z = jnp.zeros((nslot, 3), dt)
     base = Contacts(pad_rows(dist[None], nslot), pad_rows(pos[None], nslot),
                     pad_rows(normal[None], nslot), z, pad_rows(valid[None], nslot))
+    if nslot > 1 and static and t1 == CAPSULE and t2 == MESH:
+        cap = _capsule_face(g1, g2, lax.stop_gradient(normal), margin)
+        use = valid & cap.applied
+        two = Contacts(pad_rows(cap.dist, nslot), pad_rows(cap.pos, nslot),
+                       pad_rows(jnp.broadcast_to(cap.normal, (2, 3)), nslot), z,
+                       jnp.arange(nslot) < 2)
+        return jax.tree.map(lambda a, b: jnp.where(jnp.reshape(use, (1,) * a.ndim), a, b),
+                            two, base)
     multi_types = opt.multiccd & is_type(t1, BOX, MESH, CYLINDER) & is_type(t2, BOX, MESH, CYLINDER)
     if nslot == 1 or multi_types is False:
         return base
@@ -178,6 +192,60 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) ->
                      j < mc.count)
     return jax.tree.map(lambda a, b: jnp.where(jnp.reshape(use, (1,) * a.ndim), a, b),
                         multi, base)
+
+
+class _CapsuleFace(NamedTuple):
+    applied: jax.Array
+    dist: jax.Array  # (2,)
+    pos: jax.Array  # (2, 3)
+    normal: jax.Array  # (3,) from the capsule to the mesh
+
+
+def _capsule_face(g1: Geom, g2: Geom, normal, margin) -> _CapsuleFace:
+    """MuJoCo 4.0's two contacts of a capsule lying along a mesh face (measured against the
+    binary): when the contact normal is aligned with a mesh polygon (outward normal n within
+    FACE_TOL) and the capsule axis u lies along it (|n.u| < EDGE_TOL), the segment between the
+    axis ends offset by -(radius + margin / 2) (n - (n.u) u) is clipped by the polygon's
+    edges; when both clipped ends lie within the margin of the face plane they are the
+    contacts (distance to the plane, position halfway to the face inflated by margin / 2),
+    else the single contact stands. Not reproduced: with a tilted axis whose end reaches over
+    the face's edge, MuJoCo's distances come out deeper by about radius * (n.u)^2 / 2."""
+    D = g2.data
+    sg = lax.stop_gradient
+    pn = jax.vmap(lambda q: mul(g2.mat, q))(D.poly_normal)  # (P, 3) world normals
+    P = pn.shape[0]
+    score = jnp.where(jnp.arange(P) < D.npoly, sg(pn) @ (sg(normal) * -1), -jnp.inf)
+    pid = jnp.argmax(score)
+    n = pn[pid]
+    u = g1.mat[:, 2]
+    r, h = g1.size[0], g1.size[1]
+    nu = dot(n, u)
+    half = 0.5 * margin  # MuJoCo inflates both objects by half the pair's margin
+    off = (n - u * nu) * (r + half)
+    ends = jnp.stack([g1.pos - u * h - off, g1.pos + u * h - off])
+    # clip the segment by the planes through the polygon's edges, perpendicular to it
+    ids = D.poly_vert[pid]
+    nv = D.poly_nvert[pid]
+    k = jnp.arange(ids.shape[0])
+    F = jax.vmap(lambda i: mul(g2.mat, D.vert[i]) + g2.pos)(jnp.maximum(ids, 0))
+    Fn = F[jnp.where(k + 1 < nv, k + 1, 0)]
+    inward = jax.vmap(lambda a, b: cross(n, b - a))(F, Fn)  # counter-clockwise polygons
+    s0 = jnp.sum((ends[0] - F) * inward, -1)
+    s1 = jnp.sum((ends[1] - F) * inward, -1)
+    edge = k < nv
+    out0, out1 = s0 < 0, s1 < 0
+    den = jnp.where(s0 == s1, 1.0, s0 - s1)
+    t = s0 / den
+    t0 = jnp.max(jnp.where(edge & out0 & ~out1, t, 0.0))
+    t1 = jnp.min(jnp.where(edge & out1 & ~out0, t, 1.0))
+    empty = jnp.any(edge & out0 & out1) | (sg(t1) <= sg(t0))
+    q = jnp.stack([ends[0] + (ends[1] - ends[0]) * t0, ends[0] + (ends[1] - ends[0]) * t1])
+    gap = (q - F[0]) @ n - half  # from the inflated face
+    dist = gap + margin
+    pos = q - n[None, :] * (0.5 * gap)[:, None]
+    ok = (jnp.max(score) >= FACE_TOL) & (jnp.abs(sg(nu)) < EDGE_TOL) & ~empty
+    ok = ok & jnp.all(sg(gap) <= 0) & (D.npoly > 0)
+    return _CapsuleFace(ok, dist, pos, sg(n) * -1)
 
 
 # ------------------------------------------------------------------------- mjc_PlaneConvex
