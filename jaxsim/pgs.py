@@ -82,6 +82,10 @@ def _shuffle(perm, n, rng):
 # above this many rows the dual matrix J M^-1 J' (nefc x nefc) is not formed: rows of it
 # are J_i v with v = M^-1 J' f kept up to date (memory nefc x nv instead of nefc^2)
 DENSE_MAX_ROWS = 4096
+# J M^-1 J' costs nefc^2 nv to form and each row of it nefc per update, where the
+# matrix-free row costs nv: form it only for problems with few rows per dof
+DENSE_ROWS_PER_DOF = 4
+DENSE_MIN_ROWS = 64
 
 
 class _Dual:
@@ -94,7 +98,8 @@ class _Dual:
         self.MinvJT = solve_m(m, d, p.J)  # rows: M^-1 J_i
         self.R = jnp.zeros_like(p.R) if sub_r else p.R
         R = self.R
-        self.dense = p.J.shape[0] <= DENSE_MAX_ROWS
+        nefc, nv = p.J.shape
+        self.dense = nefc <= min(DENSE_MAX_ROWS, max(DENSE_MIN_ROWS, DENSE_ROWS_PER_DOF * nv))
         if self.dense:
             self.AR = p.J @ self.MinvJT.T + jnp.diag(p.R)
             if sub_r:  # (as MuJoCo: AR with R taken off its diagonal)
