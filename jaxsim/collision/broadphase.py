@@ -22,33 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxsim import math
 from jaxsim.types import EnableBit, GeomType, Model, State
 
 EIG_EPS = 1e-12  # MuJoCo's eigEPS (mjMINVAL * 1000)
 EIG_ITER = 500
-
-
-def _quat2mat(q):
-    w, x, y, z = q
-    return jnp.stack([
-        jnp.stack([w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)]),
-        jnp.stack([2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)]),
-        jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]),
-    ])
-
-
-def _mulquat(a, b):
-    return jnp.stack([
-        a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
-        a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
-        a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
-        a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0],
-    ])
-
-
-def _normalize4(q):
-    n = jnp.sqrt(jnp.sum(q * q))
-    return jnp.where(n < 1e-15, jnp.array([1.0, 0, 0, 0], q.dtype), q / jnp.where(n > 0, n, 1))
 
 
 def eig3_frame(cov: jax.Array) -> jax.Array:
@@ -59,7 +37,7 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
     eps = jnp.asarray(EIG_EPS, dt)
 
     def diag(q):
-        r = _quat2mat(q)
+        r = math.quat_to_mat(q)
         return r.T @ cov @ r
 
     def body(st):
@@ -83,8 +61,8 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         s = jnp.where(tau >= 0, -s, s)
         s = jnp.where(rotk == 1, -s, s)
         rot = jnp.zeros(4, dt).at[rotk + 1].set(s)
-        rot = _normalize4(rot.at[0].set(jnp.sqrt(jnp.maximum(1.0 - s * s, 0.0))))
-        qn = _normalize4(_mulquat(q, rot))
+        rot = math.normalize_quat(rot.at[0].set(jnp.sqrt(jnp.maximum(1.0 - s * s, 0.0))))
+        qn = math.normalize_quat(math.quat_mul(q, rot))
         return jnp.where(stop, q, qn), stop, it + 1
 
     q0 = jnp.array([1.0, 0.0, 0.0, 0.0], dt)
@@ -97,8 +75,8 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         swap = val[j1] + eps < val[j1 + 1]
         val = jnp.where(swap, val.at[j1].set(val[j1 + 1]).at[j1 + 1].set(val[j1]), val)
         rot = jnp.zeros(4, dt).at[0].set(c45).at[(j1 + 2) % 3 + 1].set(c45)
-        q = jnp.where(swap, _normalize4(_mulquat(q, rot)), q)
-    return _quat2mat(q)
+        q = jnp.where(swap, math.normalize_quat(math.quat_mul(q, rot)), q)
+    return math.quat_to_mat(q)
 
 
 class Static:
@@ -121,11 +99,6 @@ class Static:
         self.nonworld = np.nonzero(gbody != 0)[0]  # geoms whose centres set the frame
         self.vertnonworld = np.nonzero(np.asarray(m.flex_vertbodyid, np.int64) != 0)[0]
         self.gbody = gbody
-
-    def body_pair_free(self, b1: np.ndarray, b2: np.ndarray) -> np.ndarray:
-        """Body pairs added without the sweep (MuJoCo's always-colliding bodies)."""
-        return self.always[b1] | self.always[b2]
-
 
 def body_boxes(m: Model, d: State, st: Static):
     """Per body: its AAMM (min 3, max 3) in MuJoCo's broad-phase frame."""
@@ -173,3 +146,14 @@ def sap_keep(blo, bhi, b1, b2) -> jax.Array:
     ok0 = (f32(lo1[..., 0]) <= f32(hi2[..., 0])) & (f32(lo2[..., 0]) <= f32(hi1[..., 0]))
     ok12 = jnp.all((lo1[..., 1:] <= hi2[..., 1:]) & (lo2[..., 1:] <= hi1[..., 1:]), -1)
     return ok0 & ok12
+
+
+def keep(st: Static, boxes, g1, g2, explicit=False) -> jax.Array:
+    """Geom pairs (g1, g2) that MuJoCo's broad phase passes: explicit `<pair>`s, pairs with
+    an always-colliding body, and the others whose body boxes overlap (`boxes` from
+    body_boxes). Geom ids static (numpy) or traced."""
+    xp = np if isinstance(g1, np.ndarray) and isinstance(g2, np.ndarray) else jnp
+    gbody, always = xp.asarray(st.gbody), xp.asarray(st.always)
+    b1, b2 = gbody[g1], gbody[g2]
+    free = always[b1] | always[b2] | explicit
+    return jnp.asarray(free) | sap_keep(*boxes, jnp.asarray(b1), jnp.asarray(b2))

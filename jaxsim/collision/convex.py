@@ -32,9 +32,9 @@ where it departs from the 3.x sources it was checked against (found by running i
 
 Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): the same
 clipping of capsules against cylinder caps and, in one compiled function for traced geom
-types, against meshes; its face/edge contacts of plane-mesh (MuJoCo 3's deepest vertex plus two graph neighbours are kept) and libccd
-(NATIVECCD disabled). When more than four clipped points remain (a 16-gon cap nearly
-always), 4.0 keeps another quadrilateral than `_polygon_quad` of the clipped polygon in many
+types, against meshes; its face/edge contacts of plane-mesh (MuJoCo 3's deepest vertex
+plus two graph neighbours are kept) and libccd (NATIVECCD disabled). When more than four
+clipped points remain (a 16-gon cap nearly always), 4.0 keeps another quadrilateral than `_polygon_quad` of the clipped polygon in many
 poses (no start vertex or orientation of the polygon reproduces its choice), so the deepest
 of the four contacts can differ from MuJoCo's by up to the depth variation across the face.
 

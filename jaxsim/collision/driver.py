@@ -397,13 +397,14 @@ def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt):
             fr.reshape(n, 3, 3).astype(dt), res.valid.reshape(n))
 
 
-def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
+def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | None:
     """Narrow phase over the statically enumerated pairs, in MuJoCo's pair order."""
     if not p.groups:
         return None
     margin, gap = _margin_gap(m, p.geom1, p.geom2, p.ipair)
     keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap + TOUCH)  # conservative
-    keep &= _broadphase(m, d, p, p.geom1, p.geom2, p.ipair)
+    if boxes is not None:
+        keep &= broadphase.keep(p.broad, boxes, p.geom1, p.geom2, p.ipair >= 0)
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
@@ -425,16 +426,14 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt) -> _Slots | None:
                   condim=p.condim[ps], src=p.source[ps], margin=margin[ps])
 
 
-def _broadphase(m: Model, d: State, p: Plan, g1, g2, ip, boxes=None):
-    """MuJoCo's sweep and prune over body boxes (collision/broadphase.py) for automatic
-    pairs; True for explicit pairs and pairs with always-colliding bodies."""
+def _needs_broadphase(p: Plan) -> bool:
+    """Whether any candidate pair goes through MuJoCo's sweep (not all are explicit or
+    with an always-colliding body)."""
+    if p.sweeps:
+        return True
     bp = p.broad
-    b1, b2 = bp.gbody[g1], bp.gbody[g2]
-    free = bp.body_pair_free(b1, b2) | (np.asarray(ip) >= 0)
-    if np.all(free):
-        return jnp.ones(np.shape(g1), bool)
-    blo, bhi = broadphase.body_boxes(m, d, bp) if boxes is None else boxes
-    return jnp.asarray(free) | broadphase.sap_keep(blo, bhi, jnp.asarray(b1), jnp.asarray(b2))
+    free = bp.always[bp.gbody[p.geom1]] | bp.always[bp.gbody[p.geom2]] | (p.ipair >= 0)
+    return not np.all(free)
 
 
 def _finish(m: Model, d: State, s: _Slots, ncon: int, dt) -> State:
@@ -476,10 +475,12 @@ def collision(m: Model, d: State, nconmax: int | None = None) -> State:
     if p.ncon == 0:
         return d.replace(contact=Contact.zeros(0, dt), ncon=jnp.zeros((), jnp.int32))
     table = _functions(m)
-    parts = [_static_slots(m, d, p, table, dt)]
+    # body boxes of MuJoCo's broad phase, once for every group
+    boxes = broadphase.body_boxes(m, d, p.broad) if _needs_broadphase(p) else None
+    parts = [_static_slots(m, d, p, table, dt, boxes)]
     over = jnp.zeros((), bool)
     for sw in p.sweeps:
-        sl, o = _sweep_slots(m, d, p, sw, table, dt)
+        sl, o = _sweep_slots(m, d, p, sw, table, dt, boxes)
         parts.append(sl)
         over = over | o
     parts = [x for x in parts if x is not None]
@@ -487,7 +488,7 @@ def collision(m: Model, d: State, nconmax: int | None = None) -> State:
     return _finish(m, d.replace(overflow=d.overflow | over), s, p.ncon, dt)
 
 
-def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
+def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt, boxes):
     """Narrow phase over the pairs of one sweep group found at run time."""
     f: _Filter = p.filt
     ids = jnp.asarray(sw.geoms)
@@ -541,10 +542,7 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt):
     ga, gb = ids[a], ids[b]
     ok &= jnp.all((lo3[a] <= hi3[b]) & (lo3[b] <= hi3[a]), axis=-1)
     ok &= _auto_ok(f, ga, gb, jnp)
-    bp = p.broad
-    gbody, always = jnp.asarray(bp.gbody), jnp.asarray(bp.always)
-    b1, b2 = gbody[ga], gbody[gb]
-    ok &= always[b1] | always[b2] | broadphase.sap_keep(*broadphase.body_boxes(m, d, bp), b1, b2)
+    ok &= broadphase.keep(p.broad, boxes, ga, gb)
     nok = jnp.sum(ok)
     sel = jnp.nonzero(ok, size=sw.cap2, fill_value=0)[0]
     live = jnp.arange(sw.cap2) < nok
