@@ -1,8 +1,8 @@
 """Flat-feature contacts of convex pairs (MuJoCo's multi-contact after EPA).
 
 When the EPA normal is aligned with a face or an edge of both geoms (boxes, meshes,
-cylinder caps as 16-gons), the face of geom 1 is clipped by geom 2's face or edge and up to
-four points are kept (`_polygon_clip`, `_polygon_quad`); see `jaxsim.collision.convex` for
+cylinder caps as 16-gons), one feature is clipped by the other's face and up to four points
+are kept (`_polygon_clip`, `_polygon_quad`); see `jaxsim.collision.convex` for
 the rules MuJoCo 4.0 follows and the cases not reproduced.
 """
 
@@ -220,7 +220,7 @@ def _cross_exact(a, b):
 
 
 def _area4(a, b, c, d):
-    g = _cross_exact(d - a, b - d) + _cross_exact(c - b, a - c)
+    g = _cross_exact(c - a, d - b)
     sq = lax.optimization_barrier(g * g)
     return 0.5 * jnp.sqrt(sq[0] + sq[1] + sq[2])
 
@@ -372,11 +372,11 @@ class _Multi(NamedTuple):
 def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     """Contacts of two aligned flat features of box or mesh geoms (MuJoCo 4.0's multicontact).
 
-    Features come from the vertices of EPA's final face. Against a face of geom 2, the
-    face (or edge) of geom 1 is clipped and its points kept; against a face of geom 1, an
-    edge of geom 2 is clipped. Each point is paired with its projection on the clipping
-    face; points within `margin` of it are kept (MuJoCo 4.0 keeps near points with a
-    positive distance when the pair has a margin)."""
+    Features come from the vertices of EPA's final face. Two faces: geom 2's face is clipped
+    by geom 1's and the points are then taken onto geom 1's face (distances to geom 2's);
+    an edge against a face: the edge is clipped by the face. Each point is paired with its
+    projection on the other face; points within `margin` of it are kept (MuJoCo 4.0 keeps
+    near points with a positive distance when the pair has a margin)."""
     dt = g1.pos.dtype
     dps = [g.data.vert_poly.shape[1] for g in (g1, g2) if g.data is not None]
     pvs = [g.data.poly_vert.shape[1] for g in (g1, g2) if g.data is not None]
@@ -418,27 +418,35 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     ok2, f2, e2 = edge_face(ed2, ne2, n1, nn1)
     edgecon1 = ~aligned & (dim1 < 3) & ok1
     edgecon2 = ~aligned & ~edgecon1 & (dim2 < 3) & ok2
-    # clipping face (of geom 2 unless an edge of geom 2 meets a face of geom 1)
+    # the two features: faces, or an edge of one geom and a face of the other
     fidx2 = jnp.where(edgecon1, id2[f1], id2[fj])
     fidx1 = jnp.where(edgecon2, id1[f2], id1[fi])
     face1, nface1 = _by_type(t1, lambda: _box_face(g1, fidx1, pv), lambda: _mesh_face(g1, fidx1, pv),
                              lambda: _cyl_face(g1, fidx1, pv))
     face2, nface2 = _by_type(t2, lambda: _box_face(g2, fidx2, pv), lambda: _mesh_face(g2, fidx2, pv),
                              lambda: _cyl_face(g2, fidx2, pv))
-    on2 = edgecon2  # the clipped points lie on geom 2
-    C = jnp.where(on2, face1, face2)
-    nc = jnp.where(on2, nface1, nface2)
+    # face against face: geom 2's face clipped by planes through geom 1's edges along its
+    # normal (the polygon's order decides MuJoCo's quadrilateral); an edge: clipped by
+    # the other geom's face
+    on1 = aligned | edgecon2  # the clipping face is geom 1's
+    C = jnp.where(on1, face1, face2)
+    nc = jnp.where(on1, nface1, nface2)
     edge = jnp.where(edgecon1, pad_rows(jnp.stack([v1[0], end1[e1]]), pv),
                      pad_rows(jnp.stack([v2[0], end2[e2]]), pv))
-    S = jnp.where(edgecon1 | edgecon2, edge, face1)
-    ns = jnp.where(edgecon1 | edgecon2, 2, nface1)
-    nrm = jnp.where(on2, n1[f2], jnp.where(edgecon1, n2[f1], n2[fj]))
-    # face against face: the clipping planes are perpendicular to the clipped face
-    pnorm = jnp.where(aligned, n1[fi] * -1, nrm)
-    count, v, dist = _polygon_clip(C, nc, S, ns, pnorm, nrm, margin)
+    S = jnp.where(edgecon1 | edgecon2, edge, face2)
+    ns = jnp.where(edgecon1 | edgecon2, 2, nface2)
+    nrm = jnp.where(aligned, n1[fi], jnp.where(edgecon2, n1[f2], n2[f1]))
+    count, v, dist = _polygon_clip(C, nc, S, ns, nrm, nrm, margin)
+    # face against face: the points taken down onto geom 1's face, distances to geom 2's
+    # face (MuJoCo 4.0)
+    n2f = n2[fj]
+    w = v - nrm * dist[:, None]
+    dist = jnp.where(aligned, dot(w - face2[0], n2f), dist)
+    v = jnp.where(aligned, w, v)
+    nrm = jnp.where(aligned, n2f, nrm)
     # contact points halfway to the clipping face, normal from geom 1 to geom 2
     pos = v - nrm * (0.5 * dist)[:, None]
-    normal = jnp.where(on2, nrm, nrm * -1)
+    normal = jnp.where(edgecon2, nrm, nrm * -1)
     polys_ok = True
     for t, g in ((t1, g1), (t2, g2)):
         if g.data is not None:
