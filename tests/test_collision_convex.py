@@ -449,3 +449,68 @@ def test_box_on_mesh_face_quadrilateral():
     # exact ties of two quadrilaterals' areas (parallel edges of square faces) are decided by
     # rounding: the rest are MuJoCo's contacts
     assert same >= len(refs) - 2, (same, len(refs))
+
+
+def _icosphere(level):
+    """Vertices of a subdivided icosahedron on the unit sphere."""
+    t = (1 + 5 ** 0.5) / 2
+    v = [(-1, t, 0), (1, t, 0), (-1, -t, 0), (1, -t, 0), (0, -1, t), (0, 1, t), (0, -1, -t),
+         (0, 1, -t), (t, 0, -1), (t, 0, 1), (-t, 0, -1), (-t, 0, 1)]
+    v = [np.array(p, float) / np.linalg.norm(p) for p in v]
+    f = [(0, 11, 5), (0, 5, 1), (0, 1, 7), (0, 7, 10), (0, 10, 11), (1, 5, 9), (5, 11, 4),
+         (11, 10, 2), (10, 7, 6), (7, 1, 8), (3, 9, 4), (3, 4, 2), (3, 2, 6), (3, 6, 8),
+         (3, 8, 9), (4, 9, 5), (2, 4, 11), (6, 2, 10), (8, 6, 7), (9, 8, 1)]
+    for _ in range(level):
+        mid, nf = {}, []
+        for a, b, c in f:
+            ids = []
+            for e in ((a, b), (b, c), (c, a)):
+                if e[::-1] not in mid:
+                    p = v[e[0]] + v[e[1]]
+                    v.append(p / np.linalg.norm(p))
+                    mid[e] = len(v) - 1
+                ids.append(mid.get(e, mid.get(e[::-1])))
+            ab, bc, ca = ids
+            nf += [(a, ab, ca), (b, bc, ab), (c, ca, bc), (ab, bc, ca)]
+        f = nf
+    return np.array(v)
+
+
+def test_mesh_spheres_aligned_face_choice():
+    """Two polyhedral spheres (1280 faces) pressed together: several face pairs at EPA's feature are
+    within mjFACE_TOL of opposite, and MuJoCo 4.0 clips the most nearly opposite pair (the
+    first pair in the polygon lists gives other contacts): all contacts as MuJoCo's."""
+    from jaxsim import smooth
+    from jaxsim.collision import driver
+    vert = " ".join(f"{x:.12f}" for x in _icosphere(3).ravel())
+    xml = (f"<mujoco><asset><mesh name='s' scale='.1 .1 .1' vertex='{vert}'/></asset>"
+           "<worldbody><body><geom type='mesh' mesh='s'/></body>"
+           "<body><freejoint/><geom type='mesh' mesh='s'/></body></worldbody></mujoco>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    rng = np.random.default_rng(5)
+    qs, refs = [], []
+    for _ in range(40):
+        q = np.zeros(7)
+        u = rng.normal(size=3)
+        q[:3] = u / np.linalg.norm(u) * rng.uniform(0.15, 0.19)
+        q[3:] = rng.normal(size=4)
+        q[3:] /= np.linalg.norm(q[3:])
+        d.qpos[:] = q
+        mujoco.mj_forward(m, d)
+        qs.append(q)
+        refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
+    state = jaxsim.make_state(model)
+    out = jax.jit(jax.vmap(lambda q: driver.collision(
+        model, smooth.kinematics(model, state.replace(qpos=q)))))(jnp.asarray(np.array(qs)))
+    same, multi = 0, 0
+    for i, ref in enumerate(refs):
+        act = np.asarray(out.contact.active[i]).astype(bool)
+        dist = np.asarray(out.contact.dist[i])[act]
+        pos = np.asarray(out.contact.pos[i])[act]
+        multi += len(ref) > 1
+        same += len(dist) == len(ref) and all(
+            np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < 1e-7 for rd, rp in ref)
+    assert multi >= 10, multi
+    assert same >= len(refs) - 2, (same, len(refs))

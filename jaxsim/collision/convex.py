@@ -13,16 +13,19 @@ where it departs from the 3.x sources it was checked against (found by running i
   tolerance of the lower bound;
 - there is no multiCCD perturbation pass: box and mesh pairs get their extra contacts by
   clipping aligned faces or edges also when the pair has a margin (points within the margin
-  are kept, with their positive distance); face against face, geom 2's face is clipped by
-  the planes through geom 1's edges along geom 1's normal (3.x's order of the polygon, which
-  decides the quadrilateral), and each kept point is then taken down onto geom 1's face,
-  its distance measured to geom 2's face; an edge is clipped by the other geom's face;
-  feature vertices are the geoms' own (not EPA's margin-inflated points); the quadrilateral
-  search maximises the true area (half the norm of the diagonals' cross product; 3.x's area4
-  is not an area) and never lets its last corner wrap onto the first (its buffer holds the
-  clipped polygon's ns + nc points). Measured over random box-on-mesh poses whose clipped
-  polygon has 5 or 6 points: MuJoCo's four contacts reproduced in 54 of 55 (the other an
-  exact tie of two areas, decided by rounding);
+  are kept, with their positive distance). Of the face pairs at the EPA feature within
+  mjFACE_TOL of opposite, the most nearly opposite is taken (3.x took the first, so the
+  order of the mesh polygons, which 4.0 emits from an unordered map, would matter). Face
+  against face, geom 2's face is clipped by the planes through geom 1's edges along geom
+  1's normal (3.x's polygon order, which decides the quadrilateral), and each kept point is
+  then taken down onto geom 1's face, its distance measured to geom 2's face; an edge is
+  clipped by the other geom's face. Feature vertices are the geoms' own (not EPA's
+  margin-inflated points). The quadrilateral search maximises the true area (half the norm
+  of the diagonals' cross product; 3.x's area4 is not an area) and never lets its last
+  corner wrap onto the first (its buffer holds the clipped polygon's ns + nc points).
+  Measured over random box-on-mesh poses whose clipped polygon has 5 or 6 points: MuJoCo's
+  four contacts reproduced in 54 of 55 (the other an exact tie of two areas, decided by
+  rounding);
 - cylinders take part in those flat-feature contacts (with boxes, meshes and cylinders): a
   cylinder's support point carries the id of its cap (0 top, 1 bottom); an EPA face whose
   three points lie on one cap has that cap's normal as face normal, and the cap is clipped
@@ -38,9 +41,9 @@ where it departs from the 3.x sources it was checked against (found by running i
 Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): the same
 clipping of capsules against cylinder caps and, in one compiled function for traced geom
 types, against meshes; its face/edge contacts of plane-mesh (MuJoCo 3's deepest vertex
-plus two graph neighbours are kept) and libccd (NATIVECCD disabled). Against cylinder caps
-and between mesh spheres (many small faces) the four contacts still differ from MuJoCo's in
-some poses (corpus boxbox_bad1, dice, spheremesh: deepest contact within 1e-4).
+plus two graph neighbours are kept) and libccd (NATIVECCD disabled). Against a cylinder cap
+(a regular 16-gon: many quadrilaterals tie in area, and rounding decides) the four contacts
+can differ from MuJoCo's (corpus boxbox_bad1: deepest contact within 1e-4).
 
 Structure: `jaxsim.collision.ccd` holds the support functions per geom type, GJK, EPA and
 `ccd` (mjc_ccd); `jaxsim.collision.multicontact` the flat-feature contacts (`multicontact`,

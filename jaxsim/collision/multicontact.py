@@ -394,10 +394,11 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
                             lambda: _mesh_normals(g2, dim2, vi2, nn),
                             lambda: _cyl_normals(g2, dim2, vi2, nn))
     ar = jnp.arange(nn)
-    # aligned faces: first (i, j) with opposite normals
+    # aligned faces: of the pairs within mjFACE_TOL of opposite, the most nearly opposite
+    # (MuJoCo 4.0; 3.x took the first, so the order of the mesh polygons mattered)
     dots = jnp.sum(n1[:, None, :] * n2[None, :, :], -1)
     al = (dots < -FACE_TOL) & (ar[:, None] < nn1) & (ar[None, :] < nn2)
-    k = jnp.argmax(al.ravel())
+    k = jnp.argmin(jnp.where(al, dots, 2.0).ravel())
     fi, fj = k // nn, k % nn
     aligned = jnp.any(al)
     # edge-face: an edge of one geom perpendicular to a face normal of the other
