@@ -514,3 +514,43 @@ def test_mesh_spheres_aligned_face_choice():
             np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < 1e-7 for rd, rp in ref)
     assert multi >= 10, multi
     assert same >= len(refs) - 2, (same, len(refs))
+
+
+def test_capsule_across_a_mesh_edge():
+    """A capsule lying parallel to a mesh cube's top face, moved out across its edge: the
+    contact normal tilts from the face's, and MuJoCo 4.0 still clips the capsule (offset
+    along the normal's part perpendicular to the axis) by that face: two contacts."""
+    from jaxsim import smooth
+    from jaxsim.collision import driver
+    xml = ("<mujoco><asset><mesh name='cube' scale='.1 .1 .1' vertex='-1 -1 -1 1 -1 -1 -1 1 -1 "
+           "1 1 -1 -1 -1 1 1 -1 1 -1 1 1 1 1 1'/></asset><worldbody><body>"
+           "<geom type='mesh' mesh='cube'/></body><body><freejoint/>"
+           "<geom type='capsule' size='.05 .15'/></body></worldbody></mujoco>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    qs, refs = [], []
+    for y in (0.0, 0.05, 0.09, 0.105, 0.11, 0.12, 0.13):
+        for yaw, roll in ((0.0, 0.0), (25.0, 0.0), (0.0, 3.0)):
+            q = np.zeros(7)
+            q[:3] = [0.0, y, 0.14]
+            qz = [np.cos(np.radians(yaw) / 2), 0, 0, np.sin(np.radians(yaw) / 2)]
+            qx = [np.cos(np.radians(roll) / 2), np.sin(np.radians(roll) / 2), 0, 0]
+            tmp = np.zeros(4)
+            mujoco.mju_mulQuat(tmp, qx, [np.cos(np.pi / 4), 0, np.sin(np.pi / 4), 0])
+            mujoco.mju_mulQuat(q[3:], qz, tmp)
+            d.qpos[:] = q
+            mujoco.mj_forward(m, d)
+            qs.append(q)
+            refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
+    assert sum(len(r) == 2 for r in refs) >= 12
+    state = jaxsim.make_state(model)
+    out = jax.jit(jax.vmap(lambda q: driver.collision(
+        model, smooth.kinematics(model, state.replace(qpos=q)))))(jnp.asarray(np.array(qs)))
+    for i, ref in enumerate(refs):
+        act = np.asarray(out.contact.active[i]).astype(bool)
+        dist = np.asarray(out.contact.dist[i])[act]
+        pos = np.asarray(out.contact.pos[i])[act]
+        assert len(dist) == len(ref), (i, len(dist), len(ref))
+        for rd, rp in ref:
+            assert np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < 1e-9, (i, rd, dist)

@@ -33,10 +33,12 @@ where it departs from the 3.x sources it was checked against (found by running i
   outward normal, like mesh faces); a cylinder feature also offers one edge, the side line
   from its first point towards the other cap (length 2 * half-height).
 
-- a capsule lying along a mesh face gets two contacts (`_capsule_face`: its axis ends offset
-  by -radius * (n - (n.u) u), n the face normal, u the axis, clipped by the face's edges, so
-  the distances are shallower than the capsule's true depth by radius * (n.u)^2), for
-  static geom types (the driver's groups).
+- a capsule lying along a mesh face gets two contacts (`_capsule_face`): its axis ends
+  offset towards the mesh by radius times the part of the contact normal perpendicular to
+  the axis, clipped by the edges of the polygon at EPA's feature that the axis is parallel
+  to (|n.u| < mjEDGE_TOL; the most nearly opposite the normal), also when the capsule lies
+  across an edge (the normal then tilted from the face's), for static geom types (the
+  driver's groups).
 
 Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): the same
 clipping of capsules against cylinder caps and, in one compiled function for traced geom
@@ -75,7 +77,6 @@ from jaxsim.collision.ccd import (
     CYLINDER,
     EDGE_TOL,
     ELLIPSOID,
-    FACE_TOL,
     I32,
     MESH,
     PLANE,
@@ -92,7 +93,7 @@ from jaxsim.collision.ccd import (
     support,
 )
 from jaxsim.collision.common import Contacts, Geom
-from jaxsim.collision.multicontact import multicontact, pad_rows
+from jaxsim.collision.multicontact import _mesh_normals, _simplex_dim, multicontact, pad_rows
 from jaxsim.types import DisableBit
 
 # ------------------------------------------------------------------------------ mjc_Convex
@@ -180,7 +181,7 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) ->
     base = Contacts(pad_rows(dist[None], nslot), pad_rows(pos[None], nslot),
                     pad_rows(normal[None], nslot), z, pad_rows(valid[None], nslot))
     if nslot > 1 and static and t1 == CAPSULE and t2 == MESH:
-        cap = _capsule_face(g1, g2, lax.stop_gradient(normal), margin)
+        cap = _capsule_face(g1, g2, lax.stop_gradient(normal), c.face, margin)
         use = valid & cap.applied
         two = Contacts(pad_rows(cap.dist, nslot), pad_rows(cap.pos, nslot),
                        pad_rows(jnp.broadcast_to(cap.normal, (2, 3)), nslot), z,
@@ -208,27 +209,32 @@ class _CapsuleFace(NamedTuple):
     normal: jax.Array  # (3,) from the capsule to the mesh
 
 
-def _capsule_face(g1: Geom, g2: Geom, normal, margin) -> _CapsuleFace:
+def _capsule_face(g1: Geom, g2: Geom, normal, face, margin) -> _CapsuleFace:
     """MuJoCo 4.0's two contacts of a capsule lying along a mesh face (measured against the
-    binary): when the contact normal is aligned with a mesh polygon (outward normal n within
-    FACE_TOL) and the capsule axis u lies along it (|n.u| < EDGE_TOL), the segment between the
-    axis ends offset by -(radius + margin / 2) (n - (n.u) u) is clipped by the polygon's
-    edges; when both clipped ends lie within the margin of the face plane they are the
-    contacts (distance to the plane, position halfway to the face inflated by margin / 2),
-    else the single contact stands. Not reproduced: with a tilted axis whose end reaches over
-    the face's edge, MuJoCo's distances come out deeper by about radius * (n.u)^2 / 2."""
+    binary). The capsule offers an edge: its axis ends offset towards the mesh by
+    (radius + margin / 2) times the part of the contact normal perpendicular to the axis u.
+    Of the mesh polygons at EPA's feature (`face`), those whose outward normal n has
+    |n.u| < EDGE_TOL are candidates and the one most nearly opposite the contact normal is
+    taken (so also a face beside an edge the capsule lies across); the edge is clipped by the
+    polygon's edges and, when both clipped ends lie within the margin of the face plane,
+    they are the contacts (distance to the plane, position halfway to the face inflated by
+    margin / 2); else the single contact stands."""
     D = g2.data
     sg = lax.stop_gradient
-    pn = jax.vmap(lambda q: mul(g2.mat, q))(D.poly_normal)  # (P, 3) world normals
-    P = pn.shape[0]
-    score = jnp.where(jnp.arange(P) < D.npoly, sg(pn) @ (sg(normal) * -1), -jnp.inf)
-    pid = jnp.argmax(score)
-    n = pn[pid]
+    nn = max(3, D.vert_poly.shape[1])
+    vi = sg(face)[:, 10].astype(I32)
+    dim, vi, _ = _simplex_dim(vi, jnp.zeros((3, 3), g1.pos.dtype))
+    cand_n, cand_id, ncand = _mesh_normals(g2, dim, vi, nn)
     u = g1.mat[:, 2]
     r, h = g1.size[0], g1.size[1]
-    nu = dot(n, u)
+    ok_c = (jnp.arange(nn) < ncand) & (jnp.abs(sg(cand_n) @ sg(u)) < EDGE_TOL)
+    score = jnp.where(ok_c, sg(cand_n) @ (sg(normal) * -1), -jnp.inf)
+    k = jnp.argmax(score)
+    pid = jnp.maximum(cand_id[k], 0)
+    n = cand_n[k]
+    ne = normal * -1  # towards the capsule
     half = 0.5 * margin  # MuJoCo inflates both objects by half the pair's margin
-    off = (n - u * nu) * (r + half)
+    off = (ne - u * dot(ne, u)) * (r + half)
     ends = jnp.stack([g1.pos - u * h - off, g1.pos + u * h - off])
     # clip the segment by the planes through the polygon's edges, perpendicular to it
     ids = D.poly_vert[pid]
@@ -250,7 +256,7 @@ def _capsule_face(g1: Geom, g2: Geom, normal, margin) -> _CapsuleFace:
     gap = (q - F[0]) @ n - half  # from the inflated face
     dist = gap + margin
     pos = q - n[None, :] * (0.5 * gap)[:, None]
-    ok = (jnp.max(score) >= FACE_TOL) & (jnp.abs(sg(nu)) < EDGE_TOL) & ~empty
+    ok = jnp.any(ok_c) & ~empty
     ok = ok & jnp.all(sg(gap) <= 0) & (D.npoly > 0)
     return _CapsuleFace(ok, dist, pos, sg(n) * -1)
 
