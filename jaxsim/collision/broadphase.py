@@ -22,11 +22,34 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxsim import math
 from jaxsim.types import EnableBit, GeomType, Model, State
 
 EIG_EPS = 1e-12  # MuJoCo's eigEPS (mjMINVAL * 1000)
 EIG_ITER = 500
+
+
+def _quat2mat(q):
+    """mju_quat2Mat's arithmetic (the frame's last bits decide exact touches)."""
+    w, x, y, z = q
+    return jnp.stack([
+        jnp.stack([w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)]),
+        jnp.stack([2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)]),
+        jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]),
+    ])
+
+
+def _mulquat(a, b):
+    return jnp.stack([
+        a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
+        a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
+        a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
+        a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0],
+    ])
+
+
+def _normalize4(q):
+    n = jnp.sqrt(jnp.sum(q * q))
+    return jnp.where(n < 1e-15, jnp.array([1.0, 0, 0, 0], q.dtype), q / jnp.where(n > 0, n, 1))
 
 
 def eig3_frame(cov: jax.Array) -> jax.Array:
@@ -37,7 +60,7 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
     eps = jnp.asarray(EIG_EPS, dt)
 
     def diag(q):
-        r = math.quat_to_mat(q)
+        r = _quat2mat(q)
         return r.T @ cov @ r
 
     def body(st):
@@ -61,8 +84,8 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         s = jnp.where(tau >= 0, -s, s)
         s = jnp.where(rotk == 1, -s, s)
         rot = jnp.zeros(4, dt).at[rotk + 1].set(s)
-        rot = math.normalize_quat(rot.at[0].set(jnp.sqrt(jnp.maximum(1.0 - s * s, 0.0))))
-        qn = math.normalize_quat(math.quat_mul(q, rot))
+        rot = _normalize4(rot.at[0].set(jnp.sqrt(jnp.maximum(1.0 - s * s, 0.0))))
+        qn = _normalize4(_mulquat(q, rot))
         return jnp.where(stop, q, qn), stop, it + 1
 
     q0 = jnp.array([1.0, 0.0, 0.0, 0.0], dt)
@@ -75,8 +98,8 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         swap = val[j1] + eps < val[j1 + 1]
         val = jnp.where(swap, val.at[j1].set(val[j1 + 1]).at[j1 + 1].set(val[j1]), val)
         rot = jnp.zeros(4, dt).at[0].set(c45).at[(j1 + 2) % 3 + 1].set(c45)
-        q = jnp.where(swap, math.normalize_quat(math.quat_mul(q, rot)), q)
-    return math.quat_to_mat(q)
+        q = jnp.where(swap, _normalize4(_mulquat(q, rot)), q)
+    return _quat2mat(q)
 
 
 class Static:
