@@ -410,19 +410,41 @@ def test_capsule_lying_on_a_mesh_face(flag):
     assert ({1, 2} <= counts) if not flag else (1 in counts and 2 not in counts), counts
 
 
+def _cube_asset(scale):
+    return (f"<asset><mesh name='cube' scale='{scale} {scale} {scale}' vertex='-1 -1 -1 1 -1 -1 "
+            "-1 1 -1 1 1 -1 -1 -1 1 1 -1 1 -1 1 1 1 1 1'/></asset>")
+
+
+def _ours_at_poses(xml, qs):
+    """Our contacts (dist, pos) of a model whose qpos is one free joint, at each pose of qs
+    (one vmapped collision call)."""
+    from jaxsim import smooth
+    from jaxsim.collision import driver
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    state = jaxsim.make_state(model)
+    out = jax.jit(jax.vmap(lambda q: driver.collision(
+        model, smooth.kinematics(model, state.replace(qpos=q)))))(jnp.asarray(np.array(qs)))
+    act = np.asarray(out.contact.active).astype(bool)
+    dist, pos = np.asarray(out.contact.dist), np.asarray(out.contact.pos)
+    return [(dist[i][act[i]], pos[i][act[i]]) for i in range(len(qs))]
+
+
+def _same_contacts(ours, ref, tol):
+    """Each of MuJoCo's (dist, pos) contacts has one of ours within tol, counts equal."""
+    dist, pos = ours
+    return len(dist) == len(ref) and all(
+        np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < tol for rd, rp in ref)
+
+
 def test_box_on_mesh_face_quadrilateral():
     """A mesh cube resting on a box face, turned and tilted so that the clipped polygon has
     five or six points: the four contacts MuJoCo 4.0 keeps (its quadrilateral search over
     the polygon of the mesh face clipped by the box face), positions and distances."""
-    from jaxsim import smooth
-    from jaxsim.collision import driver
-    xml = ("<mujoco><asset><mesh name='cube' scale='.3 .3 .3' vertex='-1 -1 -1 1 -1 -1 -1 1 -1 "
-           "1 1 -1 -1 -1 1 1 -1 1 -1 1 1 1 1 1'/></asset><worldbody>"
-           "<geom type='box' size='.5 .5 .1' pos='0 0 -.1'/>"
-           "<body><freejoint/><geom type='mesh' mesh='cube'/></body></worldbody></mujoco>")
+    xml = (f"<mujoco>{_cube_asset(.3)}<worldbody><geom type='box' size='.5 .5 .1' "
+           "pos='0 0 -.1'/><body><freejoint/><geom type='mesh' mesh='cube'/></body>"
+           "</worldbody></mujoco>")
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
-    model = jaxsim.load_string(xml, dtype=jnp.float64)
     rng = np.random.default_rng(3)
     qs, refs = [], []
     while len(qs) < 24:
@@ -436,16 +458,9 @@ def test_box_on_mesh_face_quadrilateral():
         if d.ncon == 4:
             qs.append(q)
             refs.append([(c.dist, c.pos.copy()) for c in d.contact[:4]])
-    state = jaxsim.make_state(model)
-    out = jax.jit(jax.vmap(lambda q: driver.collision(
-        model, smooth.kinematics(model, state.replace(qpos=q)))))(jnp.asarray(np.array(qs)))
-    same = 0
-    for i, ref in enumerate(refs):
-        act = np.asarray(out.contact.active[i]).astype(bool)
-        dist = np.asarray(out.contact.dist[i])[act]
-        pos = np.asarray(out.contact.pos[i])[act]
-        assert len(dist) == 4, i
-        same += all(np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < 1e-9 for rd, rp in ref)
+    ours = _ours_at_poses(xml, qs)
+    assert all(len(o[0]) == 4 for o in ours)
+    same = sum(_same_contacts(o, ref, 1e-9) for o, ref in zip(ours, refs, strict=True))
     # exact ties of two quadrilaterals' areas (parallel edges of square faces) are decided by
     # rounding: the rest are MuJoCo's contacts
     assert same >= len(refs) - 2, (same, len(refs))
@@ -477,18 +492,16 @@ def _icosphere(level):
 
 
 def test_mesh_spheres_aligned_face_choice():
-    """Two polyhedral spheres (1280 faces) pressed together: several face pairs at EPA's feature are
-    within mjFACE_TOL of opposite, and MuJoCo 4.0 clips the most nearly opposite pair (the
-    first pair in the polygon lists gives other contacts): all contacts as MuJoCo's."""
-    from jaxsim import smooth
-    from jaxsim.collision import driver
+    """Two polyhedral spheres (1280 faces) pressed together: several face pairs at EPA's
+    feature are within mjFACE_TOL of opposite, and MuJoCo 4.0 clips the most nearly opposite
+    pair (the first pair in the polygon lists gives other contacts): all contacts as
+    MuJoCo's."""
     vert = " ".join(f"{x:.12f}" for x in _icosphere(3).ravel())
     xml = (f"<mujoco><asset><mesh name='s' scale='.1 .1 .1' vertex='{vert}'/></asset>"
            "<worldbody><body><geom type='mesh' mesh='s'/></body>"
            "<body><freejoint/><geom type='mesh' mesh='s'/></body></worldbody></mujoco>")
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
-    model = jaxsim.load_string(xml, dtype=jnp.float64)
     rng = np.random.default_rng(5)
     qs, refs = [], []
     for _ in range(40):
@@ -501,18 +514,9 @@ def test_mesh_spheres_aligned_face_choice():
         mujoco.mj_forward(m, d)
         qs.append(q)
         refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
-    state = jaxsim.make_state(model)
-    out = jax.jit(jax.vmap(lambda q: driver.collision(
-        model, smooth.kinematics(model, state.replace(qpos=q)))))(jnp.asarray(np.array(qs)))
-    same, multi = 0, 0
-    for i, ref in enumerate(refs):
-        act = np.asarray(out.contact.active[i]).astype(bool)
-        dist = np.asarray(out.contact.dist[i])[act]
-        pos = np.asarray(out.contact.pos[i])[act]
-        multi += len(ref) > 1
-        same += len(dist) == len(ref) and all(
-            np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < 1e-7 for rd, rp in ref)
-    assert multi >= 10, multi
+    ours = _ours_at_poses(xml, qs)
+    assert sum(len(r) > 1 for r in refs) >= 10
+    same = sum(_same_contacts(o, ref, 1e-7) for o, ref in zip(ours, refs, strict=True))
     assert same >= len(refs) - 2, (same, len(refs))
 
 
@@ -520,15 +524,11 @@ def test_capsule_across_a_mesh_edge():
     """A capsule lying parallel to a mesh cube's top face, moved out across its edge: the
     contact normal tilts from the face's, and MuJoCo 4.0 still clips the capsule (offset
     along the normal's part perpendicular to the axis) by that face: two contacts."""
-    from jaxsim import smooth
-    from jaxsim.collision import driver
-    xml = ("<mujoco><asset><mesh name='cube' scale='.1 .1 .1' vertex='-1 -1 -1 1 -1 -1 -1 1 -1 "
-           "1 1 -1 -1 -1 1 1 -1 1 -1 1 1 1 1 1'/></asset><worldbody><body>"
-           "<geom type='mesh' mesh='cube'/></body><body><freejoint/>"
-           "<geom type='capsule' size='.05 .15'/></body></worldbody></mujoco>")
+    xml = (f"<mujoco>{_cube_asset(.1)}<worldbody><body><geom type='mesh' mesh='cube'/></body>"
+           "<body><freejoint/><geom type='capsule' size='.05 .15'/></body></worldbody>"
+           "</mujoco>")
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
-    model = jaxsim.load_string(xml, dtype=jnp.float64)
     qs, refs = [], []
     for y in (0.0, 0.05, 0.09, 0.105, 0.11, 0.12, 0.13):
         for yaw, roll in ((0.0, 0.0), (25.0, 0.0), (0.0, 3.0)):
@@ -544,13 +544,5 @@ def test_capsule_across_a_mesh_edge():
             qs.append(q)
             refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
     assert sum(len(r) == 2 for r in refs) >= 12
-    state = jaxsim.make_state(model)
-    out = jax.jit(jax.vmap(lambda q: driver.collision(
-        model, smooth.kinematics(model, state.replace(qpos=q)))))(jnp.asarray(np.array(qs)))
-    for i, ref in enumerate(refs):
-        act = np.asarray(out.contact.active[i]).astype(bool)
-        dist = np.asarray(out.contact.dist[i])[act]
-        pos = np.asarray(out.contact.pos[i])[act]
-        assert len(dist) == len(ref), (i, len(dist), len(ref))
-        for rd, rp in ref:
-            assert np.min(np.abs(dist - rd) + np.abs(pos - rp).max(1)) < 1e-9, (i, rd, dist)
+    for i, (o, ref) in enumerate(zip(_ours_at_poses(xml, qs), refs, strict=True)):
+        assert _same_contacts(o, ref, 1e-9), (i, o, ref)

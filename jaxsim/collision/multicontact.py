@@ -269,15 +269,15 @@ def _polygon_quad(poly, npg):
     return st["res"]
 
 
-def _polygon_clip(C, nc, S, ns, pnorm, n, margin):
+def _polygon_clip(C, nc, S, ns, n, margin):
     """polygonClip: clip polygon S (ns vertices) by the planes through the edges of polygon C
-    (nc) along direction pnorm, keep the points within `margin` of C's plane (normal n);
-    returns (count, points (4, 3), dist (4,))."""
+    (nc) along C's normal n, keep the points within `margin` of C's plane; returns (count,
+    points (4, 3), dist (4,))."""
     pv = C.shape[0]
     q = max(2 * pv, S.shape[0] + pv)  # clipping a convex ns-gon by nc planes: <= ns + nc
     nxt = jnp.where(jnp.arange(pv) + 1 < nc, jnp.arange(pv) + 1, 0)
     v1, v2 = C, C[nxt]
-    pn = normalize(cross(v2 - v1, (v1 + pnorm) - v1))
+    pn = normalize(cross(v2 - v1, (v1 + n) - v1))
     pd = dot(pn, v1)
     poly0 = pad_rows(S, q) if q > S.shape[0] else S[:q]
 
@@ -437,7 +437,7 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     S = jnp.where(edgecon1 | edgecon2, edge, face2)
     ns = jnp.where(edgecon1 | edgecon2, 2, nface2)
     nrm = jnp.where(aligned, n1[fi], jnp.where(edgecon2, n1[f2], n2[f1]))
-    count, v, dist = _polygon_clip(C, nc, S, ns, nrm, nrm, margin)
+    count, v, dist = _polygon_clip(C, nc, S, ns, nrm, margin)
     # face against face: the points taken down onto geom 1's face, distances to geom 2's
     # face (MuJoCo 4.0)
     n2f = n2[fj]
