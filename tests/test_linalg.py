@@ -71,6 +71,11 @@ def test_solve_triangular(n, lower, trans, unit):
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-11)
     got1 = linalg.solve_triangular(A, B[:, 0], lower=lower, trans=trans, unit_diagonal=unit)
     np.testing.assert_allclose(got1, ref[:, 0], rtol=1e-9, atol=1e-11)
+    # more right-hand sides than rows: the inverse-then-product path
+    Bm = rng.normal(size=(n, 3 * n + 1))
+    ref = sl.solve_triangular(A, Bm, lower=lower, trans=int(trans), unit_diagonal=unit)
+    got = linalg.solve_triangular(A, Bm, lower=lower, trans=trans, unit_diagonal=unit)
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-11)
 
 
 @pytest.mark.parametrize("n", SIZES)
