@@ -70,8 +70,10 @@ class Plan(NamedTuple):
     perm: np.ndarray  # non-contact rows: MuJoCo position -> position in generation order
     nfixed: int  # number of non-contact rows
     ncon: int  # contact slots
-    nrow: int  # rows per contact block
+    nrow: int  # rows of the widest contact block
     nefc: int
+    crow: np.ndarray  # (ncon,) rows of each contact slot's block (its largest condim's)
+    cadr: np.ndarray  # (ncon,) first row of each block
 
 
 # the non-contact rows in generation order (as `_fixed_rows` emits them): kind, rows per
@@ -130,6 +132,32 @@ def _max_condim(m: Model) -> int:
     if not dims:
         dims = [int(_np(m.geom_condim).max(initial=1))]
     return max(dims)
+
+
+def _slot_condim(m: Model, ncon: int) -> np.ndarray:
+    """The largest condim each contact slot can hold (static): its pair's, the largest of a
+    run-time sweep group's geoms, or the model's largest when a cap reorders the slots."""
+    from jaxsim.collision import driver
+
+    p = driver.plan(m)
+    if ncon != p.ncon or p.ncon != p.ncand:
+        return np.full(ncon, _max_condim(m), np.int64)
+    dims = np.zeros(ncon, np.int64)
+    for g in p.groups:
+        dims[g.slot] = np.asarray(p.condim)[g.pair][:, None]
+    start = sum(g.slot.size for g in p.groups)
+    for sw in p.sweeps:
+        dims[start:start + sw.cap2 * sw.k] = int(_np(m.geom_condim)[sw.geoms].max())
+        start += sw.cap2 * sw.k
+    return dims
+
+
+def block_rows(dim, elliptic: bool):
+    """Constraint rows of a contact of dimension `dim`: elliptic dim, pyramidal 2 (dim - 1)
+    (1 for a frictionless contact)."""
+    if elliptic:
+        return dim
+    return np.where(dim == 1, 1, 2 * (dim - 1))
 
 
 _PLANS: dict = {}
@@ -209,16 +237,14 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
     perm = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0])) if len(keys) else empty
     nfixed = len(keys)
 
-    nrow = 0
+    crow = np.zeros(int(ncon), np.int64)
     if not (off or flags & DisableBit.CONTACT) and ncon:
-        dim = _max_condim(m)
-        if m.opt.cone == Cone.ELLIPTIC:
-            nrow = dim
-        else:
-            nrow = 1 if dim == 1 else 2 * (dim - 1)
-    ncon_rows = int(ncon) if nrow else 0
+        crow = np.asarray(block_rows(_slot_condim(m, int(ncon)),
+                                     m.opt.cone == Cone.ELLIPTIC), np.int64)
+    nrow = int(crow.max(initial=0))
+    cadr = (nfixed + np.cumsum(crow) - crow).astype(np.int64)
     out = Plan(**kinds, perm=perm, nfixed=nfixed, ncon=int(ncon), nrow=nrow,
-               nefc=nfixed + ncon_rows * nrow)
+               nefc=nfixed + int(crow.sum()), crow=crow, cadr=cadr)
     if len(_PLANS) > 64:
         _PLANS.clear()
     _PLANS[key] = out
@@ -291,6 +317,33 @@ def _jac(m: Model, d: State, point, body):
     jacp = (jnp.cross(rot[None], offset[:, None]) + lin[None]) * mask[..., None]
     jacr = rot[None] * mask[..., None]
     return jnp.swapaxes(jacp, 1, 2), jnp.swapaxes(jacr, 1, 2)
+
+
+def _dot3(a, b):
+    """(k, 3) x (nv, 3) -> (k, nv) row-by-row dot products, as three multiply-adds (a
+    batched product this small runs far slower as a dot_general on the CPU)."""
+    return (a[:, None, 0] * b[None, :, 0] + a[:, None, 1] * b[None, :, 1]
+            + a[:, None, 2] * b[None, :, 2])
+
+
+def _row_jac(m: Model, d: State, point, b1, b2, u, w):
+    """Rows (k, nv) of relative Jacobians of points on body pairs: the velocity of the
+    point on b2 minus on b1, along u, plus their relative angular velocity along w.
+
+    Per dof: u . (rot x offset + lin) + w . rot = rot . (offset x u + w) + lin . u, so a
+    row costs a few (k, nv) multiply-adds instead of the (k, 3, nv) Jacobians.
+    """
+    dt = point.dtype
+    mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid), dt)
+    root = jnp.asarray(_np(m.body_rootid))
+    rot, lin = d.cdof[:, :3], d.cdof[:, 3:]
+    lu = _dot3(u, lin)
+
+    def side(b):
+        p = jnp.cross(point - d.subtree_com[root[b]], u) + w
+        return mask[b] * (_dot3(p, rot) + lu)
+
+    return side(b2) - side(b1)
 
 
 def _jac_dot_v(m: Model, d: State, point, body: np.ndarray):
@@ -552,8 +605,14 @@ def _fixed_rows(m: Model, d: State, p: Plan) -> _Rows | None:
 # -------------------------------------------------------------------------- contacts
 
 
+def block_index(p: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """(contact, row within its block) of every contact row, in row order (static)."""
+    c = np.repeat(np.arange(p.ncon), p.crow)
+    return c, np.arange(len(c)) - (p.cadr[c] - p.nfixed)
+
+
 class _ContactRows(NamedTuple):
-    J: jax.Array  # (ncon, nrow, nv)
+    J: jax.Array  # (nc, nv): the rows of every block, in row order (block_index)
     pos: jax.Array  # (ncon, nrow)
     margin: jax.Array
     diag: jax.Array
@@ -572,10 +631,7 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
     gb = jnp.asarray(_np(m.geom_bodyid))
     g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
     b1, b2 = gb[g[:, 0]], gb[g[:, 1]]
-    jp1, jr1 = _jac(m, d, c.pos, b1)
-    jp2, jr2 = _jac(m, d, c.pos, b2)
     frame = c.frame
-    basis = jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)  # (n, 6, nv)
     dim = c.dim
     has = c.active & ~c.exclude
     iw = m.body_invweight0
@@ -600,12 +656,21 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
         cs = jnp.concatenate([frame @ lin[..., None], frame @ ang[..., None]], 1)[..., 0]
         svel = cs * jnp.asarray([0.0, 1, 1, 1, 0, 0], dt)
 
+    bc, bj = block_index(p)
     if pyramid:
         k = np.minimum(r // 2 + 1, 5)
         sign = jnp.asarray(np.where(r % 2 == 0, 1.0, -1.0), dt)
         mu = fr[:, k - 1] * sign  # (n, nrow)
-        J = basis[:, :1] + mu[..., None] * basis[:, k]
-        J = jnp.where((dim == 1)[:, None, None], basis[:, :1], J) if nrow > 1 else basis[:, :1]
+        # row j: normal + (+-) mu_k along friction direction k; a frictionless contact has
+        # the normal alone
+        coef = jnp.where((dim == 1)[:, None], 0.0, mu)[bc, bj][:, None]
+        kr = k[bj]
+        fc = frame[bc]
+        u = fc[:, 0] + jnp.where(jnp.asarray(kr < 3)[:, None], coef, 0.0) * fc[
+            np.arange(len(bc)), np.minimum(kr, 2)]
+        w = jnp.where(jnp.asarray(kr >= 3)[:, None], coef, 0.0) * fc[
+            np.arange(len(bc)), np.maximum(kr - 3, 0)]
+        J = _row_jac(m, d, c.pos[bc], b1[bc], b2[bc], u, w)
         nrows = jnp.where(dim == 1, 1, 2 * (dim - 1))
         pos = jnp.repeat(c.dist[:, None], nrow, 1)
         margin = jnp.repeat(c.includemargin[:, None], nrow, 1)
@@ -617,7 +682,11 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
         surf = jnp.where((dim == 1)[:, None], svel[:, :1], surf)
         kind = ConstraintType.CONTACT_PYRAMIDAL
     else:
-        J = basis[:, :nrow]
+        fc = frame[bc]
+        ax = fc[np.arange(len(bc)), bj % 3]
+        trans = jnp.asarray(bj < 3)[:, None]
+        J = _row_jac(m, d, c.pos[bc], b1[bc], b2[bc], jnp.where(trans, ax, 0.0),
+                     jnp.where(trans, 0.0, ax))
         nrows = dim
         first = jnp.asarray(r == 0)
         pos = jnp.where(first, c.dist[:, None], 0.0)
@@ -667,7 +736,8 @@ def make_constraint(m: Model, d: State) -> Efc:
     if fx is not None and sleep.enabled(m):
         fx = fx._replace(active=fx.active & sleep.rows_awake(m, d, fx.type, fx.id))
     cr = _contact_rows(m, d, p) if p.nrow else None
-    nc = p.ncon * p.nrow
+    nc = p.nefc - p.nfixed
+    bc, bj = block_index(p)
 
     if m.opt.enableflags & EnableBit.DIAGEXACT:
         # exact diagonal of J M^-1 J' (mj_projectConstraint with diagexact)
@@ -676,9 +746,8 @@ def make_constraint(m: Model, d: State) -> Efc:
         if fx is not None:
             fx = fx._replace(diag=jnp.sum(fx.J * smooth.solve_m(m, d, fx.J), -1))
         if cr is not None:
-            Jc = cr.J.reshape(nc, nv)
-            cr = cr._replace(diag=jnp.sum(Jc * smooth.solve_m(m, d, Jc), -1)
-                             .reshape(p.ncon, p.nrow))
+            exact = jnp.sum(cr.J * smooth.solve_m(m, d, cr.J), -1)
+            cr = cr._replace(diag=jnp.zeros((p.ncon, p.nrow), dt).at[bc, bj].set(exact))
 
     rows = []
     if fx is not None:
@@ -725,7 +794,7 @@ def make_constraint(m: Model, d: State) -> Efc:
         k, b = _kb(ref, solimp[:, 1:2])
         k = jnp.where(fric_row, 0.0, k)
         J = cr.J
-        vel = jnp.einsum("krv,v->kr", J, d.qvel) + cr.surf
+        vel = jnp.zeros((n, nrow), dt).at[bc, bj].set(J @ d.qvel) + cr.surf
         aref = -b * vel - k * imp[:, None] * (cr.pos - cr.margin)
         # adhesion: the normal force is offset by the adhesion on the normal row(s)
         if m.opt.cone == Cone.PYRAMIDAL:
@@ -736,11 +805,10 @@ def make_constraint(m: Model, d: State) -> Efc:
             aref = aref + jnp.where(jnp.asarray(rr == 0), R * c.adhesion[:, None], 0.0)
         contact_dim = cr.dim
         contact_mu = jnp.where((cr.dim > 1), mu, 0.0)
-        ids = jnp.repeat(jnp.arange(n, dtype=jnp.int32), nrow)
-        rows.append(dict(J=J.reshape(nc, nv), pos=cr.pos.reshape(nc),
-                         margin=cr.margin.reshape(nc), frictionloss=jnp.zeros(nc, dt),
-                         R=R.reshape(nc), aref=aref.reshape(nc), vel=vel.reshape(nc),
-                         type=cr.type.reshape(nc), id=ids, active=cr.active.reshape(nc)))
+        rows.append(dict(J=J, pos=cr.pos[bc, bj], margin=cr.margin[bc, bj],
+                         frictionloss=jnp.zeros(nc, dt), R=R[bc, bj], aref=aref[bc, bj],
+                         vel=vel[bc, bj], type=cr.type[bc, bj],
+                         id=jnp.asarray(bc, jnp.int32), active=cr.active[bc, bj]))
 
     cat = {key: jnp.concatenate([r[key] for r in rows]) for key in rows[0]}
     act = cat["active"]
@@ -751,7 +819,7 @@ def make_constraint(m: Model, d: State) -> Efc:
         frictionloss=zero(cat["frictionloss"]), R=R, D=jnp.where(act, 1 / R, 0.0),
         aref=zero(cat["aref"]), vel=zero(cat["vel"]), type=cat["type"], id=cat["id"],
         active=act,
-        contact_adr=np.asarray(p.nfixed + np.arange(n) * p.nrow, np.int32),
-        contact_nrow=p.nrow, contact_dim=contact_dim, contact_mu=contact_mu,
+        contact_adr=np.asarray(p.cadr, np.int32), contact_nrow=p.nrow,
+        contact_rows=np.asarray(p.crow, np.int32), contact_dim=contact_dim, contact_mu=contact_mu,
         contact_friction=d.contact.friction,
     )

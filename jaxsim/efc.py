@@ -8,10 +8,11 @@ says which rows MuJoCo would have now. Inactive rows hold finite values (J = 0, 
 aref = 0, ...) and contribute nothing; compacting the active rows in order gives
 MuJoCo's efc arrays.
 
-Contacts: each contact slot of `state.contact` owns a fixed block of rows starting at
-`contact_adr[i]` with room for its largest possible dimension: pyramidal 2 (dim - 1)
-rows (1 when dim is 1), elliptic dim rows (normal first, then the friction directions).
-The rows a contact actually uses are the first ones of its block (`active` marks them).
+Contacts: each contact slot of `state.contact` owns a fixed block of `contact_rows[i]`
+rows starting at `contact_adr[i]`, room for the largest dimension the slot's geom pair can
+have (known from the model): pyramidal 2 (dim - 1) rows (1 when dim is 1), elliptic dim
+rows (normal first, then the friction directions). The rows a contact actually uses are
+the first ones of its block (`active` marks them).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ class Efc(Struct):
         "(ncon,)", "friction[0] * sqrt(1 / impratio); 0 for frictionless contacts or no rows")
     contact_friction: jax.Array = leaf("(ncon, 5)", "friction of each contact")
     contact_adr: np.ndarray = static("(ncon,)", "first row of each contact's block")
-    contact_nrow: int = static("()", "rows per contact block (the same for every contact)")
+    contact_nrow: int = static("()", "rows of the widest contact block")
+    contact_rows: np.ndarray | None = static(
+        "(ncon,)", "rows of each contact's block (None: contact_nrow for every contact)",
+        default=None)
 
     def _replace(self, **changes):
         return self.replace(**changes)

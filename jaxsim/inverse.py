@@ -35,7 +35,7 @@ def inv_constraint(m: Model, d: State) -> State:
         efc.contact_dim > 0, jnp.asarray(efc.contact_adr, jnp.int32), -1))
     if int(efc.contact_nrow) == 0 or efc.contact_adr.shape[0] == 0:
         # no contact rows: one empty block keeps the solver's block arrays non-empty
-        efc = efc.replace(contact_adr=np.zeros(1, np.int32), contact_nrow=1,
+        efc = efc.replace(contact_adr=np.zeros(1, np.int32), contact_nrow=1, contact_rows=None,
                           contact_dim=jnp.zeros(1, jnp.int32), contact_mu=jnp.zeros(1, dt),
                           contact_friction=jnp.zeros((1, 5), dt))
     has_cone = m.opt.cone == Cone.ELLIPTIC and int(efc.contact_nrow) > 1

@@ -151,8 +151,10 @@ def contact_force(m: Model, d: State) -> jax.Array:
     p = constraint.plan(m, n)
     if not n or not p.nrow or d.efc_force.shape[0] != p.nefc:
         return out
-    rows = p.nfixed + np.arange(n)[:, None] * p.nrow + np.arange(p.nrow)
-    f = d.efc_force[rows]  # (n, nrow); rows beyond a contact's dim hold 0
+    j = np.arange(p.nrow)
+    rows = np.minimum(p.cadr[:, None] + j, p.nefc - 1)
+    # (n, nrow); rows beyond a contact's dim hold 0, beyond its block belong to the next
+    f = jnp.where(jnp.asarray(j < p.crow[:, None]), d.efc_force[rows], 0.0)
     if m.opt.cone == Cone.PYRAMIDAL:
         nt = p.nrow // 2
         normal = jnp.sum(f, -1) if p.nrow > 1 else f[:, 0]

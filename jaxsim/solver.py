@@ -115,17 +115,23 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
     K = int(efc.contact_nrow)
     ncon = efc.contact_adr.shape[0]
     t = efc.type
-    j = jnp.arange(K)
-    ci = jnp.clip(efc.contact_adr[:, None] + j, 0, nefc - 1).astype(jnp.int32)
+    # blocks (static): row window of each contact, K wide, and which of it is the block's
+    j = np.arange(K)
+    rows = np.full(ncon, K) if efc.contact_rows is None else np.asarray(efc.contact_rows)
+    own = j[None, :] < rows[:, None]
+    ci_np = np.clip(np.asarray(efc.contact_adr)[:, None] + j, 0, nefc - 1)
+    rc_np, rj_np = np.zeros(nefc, np.int32), np.zeros(nefc, np.int32)
+    inblk_np = np.zeros(nefc, bool)
+    rc_np[ci_np[own]] = np.nonzero(own)[0]
+    rj_np[ci_np[own]] = np.nonzero(own)[1]
+    inblk_np[ci_np[own]] = True
+    ci = jnp.asarray(ci_np, jnp.int32)
+    rc, rj, inblk = jnp.asarray(rc_np), jnp.asarray(rj_np), jnp.asarray(inblk_np)
     cdim = efc.contact_dim.astype(jnp.int32)
-    flat = ci.reshape(-1)
-    rc = jnp.zeros(nefc, jnp.int32).at[flat].set(jnp.repeat(jnp.arange(ncon, dtype=jnp.int32), K))
-    rj = jnp.zeros(nefc, jnp.int32).at[flat].set(jnp.tile(j.astype(jnp.int32), ncon))
-    inblk = jnp.zeros(nefc, bool).at[flat].set(True)
 
     first = ci[:, 0]
     ell_on = act[first] & (t[first] == ConstraintType.CONTACT_ELLIPTIC) & (cdim > 1)
-    cm = ell_on[:, None] & (j < cdim[:, None]) & act[ci]
+    cm = ell_on[:, None] & jnp.asarray(own) & (j < cdim[:, None]) & act[ci]
     if not has_cone:
         cm = jnp.zeros_like(cm)
     fr = efc.contact_friction.astype(dt)
@@ -702,7 +708,7 @@ def solve(m: Model, d: State, efc: Efc):
     nstat = m.opt.iterations + m.opt.noslip_iterations
     if int(efc.contact_nrow) == 0 or efc.contact_adr.shape[0] == 0:
         # no contact rows: one empty block (dim 0) keeps the block arrays non-empty
-        efc = efc.replace(contact_adr=np.zeros(1, np.int32), contact_nrow=1,
+        efc = efc.replace(contact_adr=np.zeros(1, np.int32), contact_nrow=1, contact_rows=None,
                           contact_dim=jnp.zeros(1, jnp.int32), contact_mu=jnp.zeros(1, dt),
                           contact_friction=jnp.zeros((1, 5), dt))
     if nefc == 0 or m.nv == 0:

@@ -71,7 +71,7 @@ def _pair(m, d, st, efc):
         c = d.contact[j]
         assert cdim[i] == c.dim
         n = 2 * (c.dim - 1) if c.dim > 1 and m.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL else c.dim
-        block = adr[i] + np.arange(int(efc.contact_nrow))
+        block = adr[i] + np.arange(int(efc.contact_rows[i]))
         assert np.array_equal(np.nonzero(act[block])[0], np.arange(n)), (act[block], n)
         assert np.all(np.asarray(efc.id)[block[:n]] == i)
         assert abs(float(efc.contact_mu[i]) - c.mu) <= TOL * (1 + abs(c.mu))
