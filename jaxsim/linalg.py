@@ -113,16 +113,14 @@ def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: b
     A = jnp.swapaxes(a, -1, -2) if trans else a
     low = lower != trans
     B = b[..., None] if vec else b
-    if B.shape[-1] > n:
-        # many right-hand sides: each substitution step would sweep all of B, so invert the
-        # triangle (n right-hand sides) and apply it in one product that reads B once
-        eye = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape)
-        inv = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
-                            signature="(n,n),(n,k)->(n,k)")(A, eye)
-        out = jnp.matmul(inv, B, precision=lax.Precision.HIGHEST)
-    else:
-        out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
-                            signature="(n,n),(n,k)->(n,k)")(A, B)
+    # many right-hand sides: each substitution step would sweep all of B, so invert the
+    # triangle (n right-hand sides) and apply it in one product that reads B once
+    many = B.shape[-1] > n
+    rhs = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape) if many else B
+    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
+                        signature="(n,n),(n,k)->(n,k)")(A, rhs)
+    if many:
+        out = jnp.matmul(out, B, precision=lax.Precision.HIGHEST)
     return out[..., 0] if vec else out
 
 

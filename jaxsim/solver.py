@@ -120,11 +120,10 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
     rows = np.full(ncon, K) if efc.contact_rows is None else np.asarray(efc.contact_rows)
     own = j[None, :] < rows[:, None]
     ci_np = np.clip(np.asarray(efc.contact_adr)[:, None] + j, 0, nefc - 1)
+    rows_c, rows_j = np.nonzero(own)
     rc_np, rj_np = np.zeros(nefc, np.int32), np.zeros(nefc, np.int32)
     inblk_np = np.zeros(nefc, bool)
-    rc_np[ci_np[own]] = np.nonzero(own)[0]
-    rj_np[ci_np[own]] = np.nonzero(own)[1]
-    inblk_np[ci_np[own]] = True
+    rc_np[ci_np[own]], rj_np[ci_np[own]], inblk_np[ci_np[own]] = rows_c, rows_j, True
     ci = jnp.asarray(ci_np, jnp.int32)
     rc, rj, inblk = jnp.asarray(rc_np), jnp.asarray(rj_np), jnp.asarray(inblk_np)
     cdim = efc.contact_dim.astype(jnp.int32)
