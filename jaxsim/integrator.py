@@ -383,14 +383,19 @@ def _euler_damping(m: Model, d: State) -> jax.Array | None:
     return _poly_deriv(m.dof_damping + lin[jnt], m.dof_dampingpoly + poly[jnt], d.qvel)
 
 
+def check_discrete(m: Model) -> None:
+    """Rejects <flag invdiscrete> with RK4, as MuJoCo's mj_discreteAcc does."""
+    if m.opt.integrator == Integrator.RK4:
+        raise ValueError("discrete inverse dynamics (<flag invdiscrete>) is not supported by "
+                         "the RK4 integrator (as in MuJoCo)")
+
+
 def discrete_acc(m: Model, d: State) -> jax.Array:
     """The continuous-time acceleration whose integration gives the discrete-time d.qacc
     (mj_discreteAcc, for the invdiscrete flag): M^-1 H qacc, H the matrix the integrator
     solves with ((M + h B) for Euler with damping, M - h qDeriv for the implicit ones)."""
     it = m.opt.integrator
-    if it == Integrator.RK4:
-        raise ValueError("discrete inverse dynamics (<flag invdiscrete>) is not supported by "
-                         "the RK4 integrator (as in MuJoCo)")
+    check_discrete(m)
     if not m.nv:
         return d.qacc
     qacc = d.qacc

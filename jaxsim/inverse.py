@@ -16,7 +16,7 @@ import numpy as np
 from jaxsim import constraint as _constraint
 from jaxsim import solver as _solver
 from jaxsim.forward import acc_sensors, pos_vel_stages
-from jaxsim.integrator import discrete_acc
+from jaxsim.integrator import check_discrete, discrete_acc
 from jaxsim.types import Cone, EnableBit, Model, Stage, State
 
 
@@ -53,8 +53,10 @@ def inverse_skip(m: Model, d: State, skipstage: int = Stage.NONE,
     the position stage in `d`, Stage.VEL also the velocity stage. Sensors of the three
     stages are computed unless `skipsensor`.
     """
-    d = pos_vel_stages(m, d, skipstage, skipsensor)
     discrete = bool(m.opt.enableflags & EnableBit.INVDISCRETE)
+    if discrete:
+        check_discrete(m)  # before any work
+    d = pos_vel_stages(m, d, skipstage, skipsensor)
     if discrete:  # the discrete-time qacc of the integrator, as a continuous-time one
         qacc_in = d.qacc
         d = d.replace(qacc=discrete_acc(m, d))

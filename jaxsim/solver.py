@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxsim import linalg
+from jaxsim import linalg, loops
 from jaxsim.efc import Efc
 from jaxsim.math import MINVAL
 from jaxsim.smooth import solve_m
@@ -656,7 +656,7 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         out["info"] = info
         return out
 
-    c = lax.while_loop(cond, body, carry)
+    c = loops.while_loop(cond, body, carry)
     info = c["info"]._replace(niter=c["it"])
     return c["qacc"], c["force"], c["state"], info
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
+import jax
 import mujoco
 import numpy as np
 import pytest
@@ -102,11 +103,12 @@ def test_edge_spring_damper_forces_match_mujoco():
     d = mujoco.MjData(ref)
     rng = np.random.default_rng(3)
     state = jaxsim.make_state(m)
+    fwd = jax.jit(jaxsim.forward)
     for _ in range(3):
         d.qpos[:] = rng.normal(size=ref.nq) * 0.05
         d.qvel[:] = rng.normal(size=ref.nv)
         mujoco.mj_forward(ref, d)
-        out = jaxsim.forward(m, state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel)))
+        out = fwd(m, state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel)))
         for f in ("qfrc_spring", "qfrc_damper", "qfrc_passive", "qacc"):
             np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-9,
                                        atol=1e-10, err_msg=f)
@@ -116,17 +118,18 @@ def test_edge_spring_damper_forces_match_mujoco():
 def test_flex_physics_jaxsim_lacks_raises_naming_the_flexcomp():
     colliding = SPRING_XML.replace('<contact contype="0" conaffinity="0"/>', "")
     m = jaxsim.load_string(colliding)
+    # raised while tracing (eval_shape compiles nothing)
     with pytest.raises(MJCFError, match=r"line \d+|<flex 'rope'>.*collisions"):
-        jaxsim.forward(m, jaxsim.make_state(m))
+        jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
     eq = SPRING_XML.replace('<edge stiffness="80" damping="3"/>', '<edge equality="true"/>')
     m = jaxsim.load_string(eq)
     with pytest.raises(MJCFError, match="flex edge equality"):
-        jaxsim.forward(m, jaxsim.make_state(m))
+        jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
     # without constraints the same model simulates
     off = eq.replace('<option gravity="0 0 -9.81"/>',
                      '<option><flag constraint="disable"/></option>')
     m = jaxsim.load_string(off)
-    assert np.isfinite(np.asarray(jaxsim.step(m, jaxsim.make_state(m)).qpos)).all()
+    assert np.isfinite(np.asarray(jax.jit(jaxsim.step)(m, jaxsim.make_state(m)).qpos)).all()
 
 
 @pytest.mark.parametrize("bad,what", [

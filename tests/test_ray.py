@@ -80,10 +80,11 @@ def test_ray_matches_mujoco(models):
     rng = np.random.default_rng(0)
     n = 300
     options = [(None, True, -1), ((1, 1, 1, 0, 1, 1), True, -1), (None, False, 2)]
+    from jaxsim.smooth import kinematics
 
     @jax.jit
     def cast(st, pnt, vec):
-        st = jaxsim.forward(model, st)
+        st = kinematics(model, st)  # rays read the geoms' poses only
         return tuple(jax.vmap(lambda p, v, o=o: R.ray(model, st, p, v, *o))(pnt, vec)
                      for o in options)
 
@@ -153,8 +154,11 @@ def test_geom_distance_matches_mujoco(models):
              ("tet", "box"), ("cyl", "ell"), ("floor", "tet"), ("floor", "cyl"),
              ("ell", "floor"), ("box", "cyl"), ("sph", "cap")]
     pairs = np.array([(m.geom(a).id, m.geom(b).id) for a, b in names])
+    from jaxsim.smooth import kinematics
+
+    # the geoms' poses are all the distances read: mj_kinematics, not the whole forward
     fn = jax.jit(lambda st, dmax: geom_distances(
-        model, jaxsim.forward(model, st), pairs[:, 0], pairs[:, 1], dmax))
+        model, kinematics(model, st), pairs[:, 0], pairs[:, 1], dmax))
     found = np.zeros((len(pairs), 2), bool)
     for d, dmax in zip(_states(m, 2), (0.15, 2.0), strict=True):
         dist, fromto = fn(jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos)), dmax)

@@ -331,7 +331,7 @@ def test_singular_inertia_is_clamped_as_mujoco():
     mujoco.mj_forward(mm, md)
     m = jaxsim.load_string(xml, dtype=jnp.float64)
     st = jaxsim.make_state(m).replace(qfrc_applied=jnp.asarray(md.qfrc_applied))
-    out = jaxsim.forward(m, st)
+    out = jax.jit(jaxsim.forward)(m, st)
     assert md.warning[mujoco.mjtWarning.mjWARN_INERTIA].number > 0
     assert int(out.warning[0]) == 1
     np.testing.assert_allclose(np.asarray(out.qLDiagInv), md.qLDiagInv, rtol=1e-12)

@@ -1,0 +1,92 @@
+"""A while loop whose batched form iterates only the worlds that still iterate.
+
+Under `jax.vmap`, `lax.while_loop` runs until the last world of the batch stops, and every
+trip evaluates the body for the whole batch (the stopped worlds' results are discarded).
+The primal solvers stop after very different numbers of iterations across worlds: on the
+gymnasium ant at batch 1024 Newton stops after 1.3 iterations on average and 4 at most, so
+the batched loop does three times the work the worlds need.
+
+`while_loop` here has `lax.while_loop`'s semantics world by world. Unbatched it is
+`lax.while_loop`. Batched (a `custom_vmap` rule) each trip gathers a fixed-size chunk of
+worlds, those still iterating first (lowest index first), applies the body once to the
+chunk's iterating worlds and scatters the chunk back, until no world iterates. A world sees
+the same sequence of body evaluations as alone; shapes stay static; the body is compiled
+once, at the chunk's width; the work is the worlds' total iteration count over the chunk
+width, in trips, instead of the batch's largest count.
+
+The loop is not differentiable (`custom_vmap` has no reverse mode): use it where
+derivatives come from elsewhere (the solvers' implicit derivatives).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.custom_batching import custom_vmap
+
+# batches up to this size run as one plain batched loop
+_MIN_BATCH = 16
+# the chunk: this fraction of the batch (measured on the gymnasium ant at batch 1024:
+# quarters beat halves and eighths)
+_CHUNK_DIV = 4
+
+
+def _closed(fn, carry):
+    """fn traced at `carry`: (jaxpr, its closed-over values, output tree)."""
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(carry)
+    return closed.jaxpr, closed.consts, jax.tree.structure(out_shape)
+
+
+def _call(jaxpr, out_tree, consts, carry):
+    out = jax.core.eval_jaxpr(jaxpr, consts, *jax.tree.leaves(carry))
+    return jax.tree.unflatten(out_tree, out)
+
+
+def _select(go, new, old):
+    return jax.tree.map(
+        lambda a, b: jnp.where(go.reshape(go.shape + (1,) * (a.ndim - 1)), a, b), new, old)
+
+
+def while_loop(cond, body, init):
+    """`lax.while_loop(cond, body, init)`; batched, the iterating worlds go in chunks."""
+    cj, cconsts, ctree = _closed(cond, init)
+    bj, bconsts, btree = _closed(body, init)
+
+    def cond_fn(cc, c):
+        return _call(cj, ctree, cc, c)
+
+    def body_fn(bc, c):
+        return _call(bj, btree, bc, c)
+
+    @custom_vmap
+    def run(cc, bc, c):
+        return lax.while_loop(lambda x: cond_fn(cc, x), lambda x: body_fn(bc, x), c)
+
+    @run.def_vmap
+    def rule(axis_size, in_batched, cc, bc, c):
+        cb, bb, ib = in_batched
+        c = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape),
+                         c, ib)
+        out_batched = jax.tree.map(lambda _: True, c)
+        cax = [0 if f else None for f in cb]
+        bax = [0 if f else None for f in bb]
+        vcond = jax.vmap(cond_fn, in_axes=(cax, 0))
+        if axis_size <= _MIN_BATCH:
+            loop = jax.vmap(lambda cc_, bc_, x: lax.while_loop(
+                lambda y: cond_fn(cc_, y), lambda y: body_fn(bc_, y), x), in_axes=(cax, bax, 0))
+            return loop(cc, bc, c), out_batched
+        vbody = jax.vmap(body_fn, in_axes=(bax, 0))
+        chunk = -(-axis_size // _CHUNK_DIV)
+
+        def trip(x):
+            go = vcond(cc, x)
+            idx = jnp.argsort(~go, stable=True)[:chunk]
+            sub = jax.tree.map(lambda v: v[idx], x)
+            new = vbody([v[idx] if f else v for v, f in zip(bc, bb, strict=True)], sub)
+            new = _select(go[idx], new, sub)
+            return jax.tree.map(lambda v, s: v.at[idx].set(s, unique_indices=True), x, new)
+
+        return lax.while_loop(lambda x: jnp.any(vcond(cc, x)), trip, c), out_batched
+
+    return run(cconsts, bconsts, init)
