@@ -90,3 +90,52 @@ def while_loop(cond, body, init):
         return lax.while_loop(lambda x: jnp.any(vcond(cc, x)), trip, c), out_batched
 
     return run(cconsts, bconsts, init)
+
+
+def cond(pred, true_fn, false_fn):
+    """`lax.cond(pred, true_fn, false_fn)` for two functions of no arguments (their
+    operands are what they close over); batched, `true_fn` runs on the whole batch and
+    `false_fn` only on the worlds whose `pred` is false, a fixed-size chunk at a time
+    (nothing runs it when every `pred` holds). For a cheap common case and a costly
+    rare one. Not differentiable (as `while_loop`)."""
+    tj, tconsts, ttree = _closed(lambda _: true_fn(), ())
+    fj, fconsts, ftree = _closed(lambda _: false_fn(), ())
+
+    def t_fn(tc):
+        return _call(tj, ttree, tc, ())
+
+    def f_fn(fc):
+        return _call(fj, ftree, fc, ())
+
+    @custom_vmap
+    def run(p, tc, fc):
+        return lax.cond(p, lambda: t_fn(tc), lambda: f_fn(fc))
+
+    @run.def_vmap
+    def rule(axis_size, in_batched, p, tc, fc):
+        pb, tb, fb = in_batched
+        tax = [0 if f else None for f in tb]
+        fax = [0 if f else None for f in fb]
+
+        vt = jax.vmap(t_fn, in_axes=(tax,), out_axes=0, axis_size=axis_size)
+        vf = jax.vmap(f_fn, in_axes=(fax,), out_axes=0, axis_size=axis_size)
+        if not pb:
+            out = lax.cond(p, lambda: vt(tc), lambda: vf(fc))
+            return out, jax.tree.map(lambda _: True, out)
+        out = vt(tc)
+        chunk = max(1, -(-axis_size // (4 * _CHUNK_DIV)))
+
+        def trip(c):
+            out, todo = c
+            idx = jnp.argsort(~todo, stable=True)[:chunk]
+            sub = jax.vmap(f_fn, in_axes=(fax,), axis_size=chunk)(
+                [v[idx] if f else v for v, f in zip(fc, fb, strict=True)])
+            go = todo[idx]
+            new = _select(go, sub, jax.tree.map(lambda v: v[idx], out))
+            out = jax.tree.map(lambda v, s: v.at[idx].set(s, unique_indices=True), out, new)
+            return out, todo.at[idx].set(False, unique_indices=True)
+
+        out, _ = lax.while_loop(lambda c: jnp.any(c[1]), trip, (out, ~p))
+        return out, jax.tree.map(lambda _: True, out)
+
+    return run(pred, tconsts, fconsts)

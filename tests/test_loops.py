@@ -48,3 +48,25 @@ def test_unbatched_and_nested_vmap():
 
     for a, b in zip(nested(loops.while_loop), nested(lax.while_loop), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _branches(x, k, cond):
+    a = x * 2.0
+    return cond(k < 5, lambda: (a + 1.0, jnp.int32(1)), lambda: (jnp.sin(a) * k, k))
+
+
+@pytest.mark.parametrize("axes", [(0, 0), (None, 0), (0, None)])
+def test_batched_cond_equals_lax_cond(axes):
+    """The false branch runs on the worlds that take it only; results as lax.cond's, for
+    batched and unbatched predicates."""
+    rng = np.random.default_rng(1)
+    args = [jnp.linspace(0.1, 0.9, 100), jnp.asarray(rng.integers(0, 20, 100), jnp.int32)]
+    args = [a if ax == 0 else a[3] for a, ax in zip(args, axes, strict=True)]
+    ours = jax.jit(jax.vmap(lambda x, k: _branches(x, k, loops.cond), in_axes=axes))(*args)
+    ref = jax.jit(jax.vmap(lambda x, k: _branches(x, k, lax.cond), in_axes=axes))(*args)
+    for a, b in zip(ours, ref, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for k in (2, 9):  # unbatched, both branches
+        k = jnp.int32(k)
+        for a, b in zip(_branches(0.3, k, loops.cond), _branches(0.3, k, lax.cond), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -441,3 +441,49 @@ def test_vmapped_worlds_stop_independently():
         np.testing.assert_array_equal(batch[3].neval[i], ref[3].neval)
         niters.append(int(ref[3].niter))
     assert len(set(niters)) > 1, niters
+
+
+_BALLS = """<mujoco><option solver="{solver}" cone="{cone}" iterations="{it}" tolerance="{tol}"/>
+  <worldbody><geom type="plane" size="5 5 .1"/>{balls}</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("solver_,cone,it,tol", [("Newton", "pyramidal", 100, 1e-12),
+                                                 ("PGS", "elliptic", 2000, 1e-15)])
+def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
+    """12 free balls: 78 contact slots, of which a world uses a few. Worlds with at most 16
+    active contacts are solved on the compact problem, the others (a packed row of balls)
+    on the whole one; batched, the whole problem runs only for those worlds. Every world
+    matches MuJoCo, batched and alone."""
+    balls = "".join(f'<body pos="{i % 4 * 0.5} {i // 4 * 0.5} .2"><freejoint/>'
+                    f'<geom size=".1" condim="{3 + (i % 2)}"/></body>' for i in range(12))
+    xml = _BALLS.format(solver=solver_, cone=cone, it=it, tol=tol, balls=balls)
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    assert solver._compact_size(
+        jax.eval_shape(lambda s: __import__("jaxsim").constraint.make_constraint(model, s),
+                       jaxsim.make_state(model))) == 16
+    rng = np.random.default_rng(0)
+    worlds = []
+    for w in range(20):
+        d = mujoco.MjData(m)
+        packed = w % 5 == 0  # balls in a row, touching and pressed together: > 16 contacts
+        for i in range(12):
+            x, y = (i * 0.199, 0.0) if packed else (i % 4 * 0.5, i // 4 * 0.5)
+            d.qpos[7 * i:7 * i + 3] = [x, y, 0.099 - 0.002 * rng.uniform()]
+        d.qvel[:] = 0.1 * rng.normal(size=m.nv)
+        mujoco.mj_forward(m, d)
+        assert (d.ncon > 16) == packed, d.ncon
+        worlds.append(d)
+    st = jaxsim.make_state(model)
+    batch = jax.tree.map(lambda *x: jnp.stack(x), *[
+        st.replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel)) for d in worlds])
+    fwd = jax.jit(jaxsim.forward)
+    out = jax.jit(jax.vmap(jaxsim.forward, in_axes=(None, 0)))(model, batch)
+    for w, d in enumerate(worlds):
+        alone = fwd(model, jax.tree.map(lambda x, w=w: x[w], batch))
+        for res in (alone, jax.tree.map(lambda x, w=w: x[w], out)):
+            assert int(res.ncon) == d.ncon
+            assert _rel(res.qacc, d.qacc) < 1e-7, (w, _rel(res.qacc, d.qacc))
+            assert _rel(res.qfrc_constraint, d.qfrc_constraint) < 1e-7
+            np.testing.assert_allclose(np.sort(np.asarray(res.efc_force)[
+                np.asarray(res.efc_active)]), np.sort(d.efc_force), rtol=1e-6, atol=1e-9)
