@@ -139,3 +139,71 @@ def cond(pred, true_fn, false_fn):
         return out, jax.tree.map(lambda _: True, out)
 
     return run(pred, tconsts, fconsts)
+
+
+def _chunked_map(f, mask, items, shared, chunk: int):
+    """f over the rows of `items` where `mask`, `chunk` rows per trip (zeros elsewhere)."""
+    n = mask.shape[0]
+    out0 = jax.eval_shape(lambda it: jax.vmap(f, in_axes=(0, None))(it, shared),
+                          jax.tree.map(lambda v: v[:chunk], items))
+    out = jax.tree.map(lambda s: jnp.zeros((n,) + s.shape[1:], s.dtype), out0)
+    pos = jnp.cumsum(mask) - 1  # rank of each masked row
+
+    def trip(c):
+        t, out = c
+        slot = jnp.where(mask & (pos >= t * chunk) & (pos < (t + 1) * chunk), pos - t * chunk,
+                         chunk)
+        idx = jnp.zeros(chunk, jnp.int32).at[slot].set(jnp.arange(n, dtype=jnp.int32),
+                                                        mode="drop")
+        used = jnp.arange(chunk) < jnp.sum(mask) - t * chunk
+        sub = jax.vmap(f, in_axes=(0, None))(jax.tree.map(lambda v: v[idx], items), shared)
+        dest = jnp.where(used, idx, n)
+        return t + 1, jax.tree.map(lambda o, s: o.at[dest].set(s, mode="drop"), out, sub)
+
+    ntrip = (jnp.sum(mask) + chunk - 1) // chunk
+    return lax.while_loop(lambda c: c[0] < ntrip, trip, (jnp.int32(0), out))[1]
+
+
+def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
+    """`vmap(f, in_axes=(0, None))(items, shared)` on the rows where `mask`, zeros on the
+    others, evaluating f only on the masked rows (in chunks of 1/chunk_div of the rows;
+    batched, of all the batch's rows at once). Derivatives (forward and reverse) are those
+    of the dense map with the unmasked rows zeroed: the tangents are computed densely."""
+    def dense(mask, items, shared):
+        out = jax.vmap(f, in_axes=(0, None))(items, shared)
+        return _select(mask, out, jax.tree.map(jnp.zeros_like, out))
+
+    @custom_vmap
+    def sparse(mask, items, shared):
+        n = mask.shape[0]
+        return _chunked_map(f, mask, items, shared, max(1, -(-n // chunk_div)))
+
+    @sparse.def_vmap
+    def rule(axis_size, in_batched, mask, items, shared):
+        mb, ib, sb = in_batched
+        if any(jax.tree.leaves(sb)):  # per-world shared values: no flattening
+            out = jax.vmap(lambda m_, i_, s_: dense(m_, i_, s_),
+                           in_axes=(0 if mb else None, jax.tree.map(lambda b: 0 if b else None,
+                                                                    ib), 0))(mask, items, shared)
+            return out, jax.tree.map(lambda _: True, out)
+        n = mask.shape[-1]
+        mask = jnp.broadcast_to(mask, (axis_size, n)).reshape(-1)
+        items = jax.tree.map(
+            lambda v, b: (v if b else jnp.broadcast_to(v, (axis_size,) + v.shape)).reshape(
+                (axis_size * n,) + v.shape[2 if b else 1:]), items, ib)
+        out = _chunked_map(f, mask, items, shared, max(1, -(-(axis_size * n) // chunk_div)))
+        out = jax.tree.map(lambda v: v.reshape((axis_size, n) + v.shape[1:]), out)
+        return out, jax.tree.map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def run(mask, items, shared):
+        return sparse(mask, items, shared)
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        mask, items, shared = primals
+        _, ti, ts = tangents
+        _, tout = jax.jvp(lambda i, s: dense(mask, i, s), (items, shared), (ti, ts))
+        return run(mask, items, shared), tout
+
+    return run(mask, items, shared)

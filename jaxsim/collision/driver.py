@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import linalg
+from jaxsim import linalg, loops
 from jaxsim.collision import broadphase
 from jaxsim.collision.common import Contacts, Geom, make_frame
 from jaxsim.types import Contact, DisableBit, EnableBit, GeomType, Model, State
@@ -381,20 +381,33 @@ class _Slots(NamedTuple):
     margin: jax.Array  # margin (includemargin)
 
 
-def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt):
+# analytic groups with at least this many pairs evaluate only the pairs that pass the
+# bounding filters (jaxsim.loops.masked_map); smaller ones evaluate every pair
+_SPARSE_MIN = 16
+
+
+def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt, keep=None):
     """One vmapped narrow-phase call over a group; results as (p * k,) rows.
 
     For analytic colliders the callers pass margin + gap + TOUCH as `bound`; a contact is
     reported where dist <= margin, as MuJoCo (whose rounding of exact touches ours follows:
-    the sensors that count contacts depend on it).
+    the sensors that count contacts depend on it). With `keep` (pairs that pass the bounding
+    filters), the others are not evaluated and come back invalid with zero values.
     """
     ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
     gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
-    res: Contacts = jax.vmap(fn)(ga, gb, bound)
-    fr = jax.vmap(jax.vmap(make_frame))(res.normal, res.tangent)
-    n = res.dist.shape[0] * k
-    return (res.dist.reshape(n).astype(dt), res.pos.reshape(n, 3).astype(dt),
-            fr.reshape(n, 3, 3).astype(dt), res.valid.reshape(n))
+
+    def one(args, _):
+        res: Contacts = fn(*args)
+        return res.dist, res.pos, jax.vmap(make_frame)(res.normal, res.tangent), res.valid
+
+    if keep is None:
+        dist, pos, fr, valid = jax.vmap(one, in_axes=(0, None))((ga, gb, bound), ())
+    else:
+        dist, pos, fr, valid = loops.masked_map(one, keep, (ga, gb, bound))
+    n = dist.shape[0] * k
+    return (dist.reshape(n).astype(dt), pos.reshape(n, 3).astype(dt),
+            fr.reshape(n, 3, 3).astype(dt), valid.reshape(n))
 
 
 def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | None:
@@ -408,10 +421,12 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | Non
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
-        touch = TOUCH if grp.types in _analytic() else 0.0
+        analytic = grp.types in _analytic()
+        touch = TOUCH if analytic else 0.0
+        sparse = analytic and len(idx) >= _SPARSE_MIN
         out = _narrow(m, d, table[grp.types][0], grp.k, grp.geom1, grp.geom2,
                       _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
-                      (margin + gap)[idx] + touch, dt)
+                      (margin + gap)[idx] + touch, dt, keep[idx] if sparse else None)
         valid = out[3] & jnp.repeat(keep[idx], grp.k)
         parts.append(out[:3] + (valid,))
         slots.append(grp.slot.reshape(-1))
