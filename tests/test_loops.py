@@ -98,21 +98,19 @@ def test_masked_map_values_and_derivatives(batched_mask):
         return loops.masked_map(_pair_fn, mk, (x, y), sh)
 
     ax = 0 if batched_mask else None
-    for fn in (lambda x, y, mk: ours(x[0], y[0], mk if ax is None else mk[0]),
-               jax.vmap(ours, in_axes=(0, 0, ax))):
-        ref_fn = (lambda x, y, mk: dense(x[0], y[0], mk if ax is None else mk[0])) \
-            if fn.__name__ == "<lambda>" else jax.vmap(dense, in_axes=(0, 0, ax))
+
+    def one(f):  # one world
+        return lambda x, y, mk: f(x[0], y[0], mk if ax is None else mk[0])
+
+    cases = [(one(ours), one(dense)),
+             (jax.vmap(ours, in_axes=(0, 0, ax)), jax.vmap(dense, in_axes=(0, 0, ax)))]
+    for fn, ref_fn in cases:
         a, r = jax.jit(fn)(x, y, mask), jax.jit(ref_fn)(x, y, mask)
         for u, v in zip(a, r, strict=True):
             np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7)
-
-        def loss(x, f=fn):
-            o = f(x, y, mask)
-            return jnp.sum(o[0] ** 2) + jnp.sum(o[1])
-
-        g = jax.jit(jax.grad(loss))(x)
-        gr = jax.jit(jax.grad(lambda x: loss(x, ref_fn)))(x)
+        g, gr = (jax.jit(jax.grad(lambda x, f=f: jnp.sum(f(x, y, mask)[0] ** 2)
+                                  + jnp.sum(f(x, y, mask)[1])))(x) for f in (fn, ref_fn))
         np.testing.assert_allclose(np.asarray(g), np.asarray(gr), rtol=1e-5, atol=1e-6)
-        t = jax.jvp(lambda x: fn(x, y, mask)[0], (x,), (jnp.ones_like(x),))[1]
-        tr = jax.jvp(lambda x: ref_fn(x, y, mask)[0], (x,), (jnp.ones_like(x),))[1]
+        t, tr = (jax.jvp(lambda x, f=f: f(x, y, mask)[0], (x,), (jnp.ones_like(x),))[1]
+                 for f in (fn, ref_fn))
         np.testing.assert_allclose(np.asarray(t), np.asarray(tr), rtol=1e-5, atol=1e-6)
