@@ -32,23 +32,15 @@ _MIN_BATCH = 16
 _CHUNK_DIV = 4
 
 
-class _Fn:
-    """A traced function: its jaxpr, output tree and closed-over constants. The traced
-    constants travel as operands (the batching rules see them); the concrete ones stay in
-    the function, where XLA folds them (static indices stay static)."""
+def _closed(fn, carry):
+    """fn traced at `carry`: (jaxpr, its closed-over values, output tree)."""
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(carry)
+    return closed.jaxpr, closed.consts, jax.tree.structure(out_shape)
 
-    def __init__(self, fn, carry):
-        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(carry)
-        self.jaxpr, self.tree = closed.jaxpr, jax.tree.structure(out_shape)
-        self.traced = [isinstance(c, jax.core.Tracer) for c in closed.consts]
-        self.fixed = [c for c, t in zip(closed.consts, self.traced, strict=True) if not t]
-        self.operands = [c for c, t in zip(closed.consts, self.traced, strict=True) if t]
 
-    def __call__(self, operands, carry):
-        ops, fixed = iter(operands), iter(self.fixed)
-        consts = [next(ops) if t else next(fixed) for t in self.traced]
-        out = jax.core.eval_jaxpr(self.jaxpr, consts, *jax.tree.leaves(carry))
-        return jax.tree.unflatten(self.tree, out)
+def _call(jaxpr, out_tree, consts, carry):
+    out = jax.core.eval_jaxpr(jaxpr, consts, *jax.tree.leaves(carry))
+    return jax.tree.unflatten(out_tree, out)
 
 
 def _select(go, new, old):
@@ -58,8 +50,14 @@ def _select(go, new, old):
 
 def while_loop(cond, body, init):
     """`lax.while_loop(cond, body, init)`; batched, the iterating worlds go in chunks."""
-    cond_fn, body_fn = _Fn(cond, init), _Fn(body, init)
-    cconsts, bconsts = cond_fn.operands, body_fn.operands
+    cj, cconsts, ctree = _closed(cond, init)
+    bj, bconsts, btree = _closed(body, init)
+
+    def cond_fn(cc, c):
+        return _call(cj, ctree, cc, c)
+
+    def body_fn(bc, c):
+        return _call(bj, btree, bc, c)
 
     @custom_vmap
     def run(cc, bc, c):
@@ -100,14 +98,14 @@ def cond(pred, true_fn, false_fn):
     `false_fn` only on the worlds whose `pred` is false, a fixed-size chunk at a time
     (nothing runs it when every `pred` holds). For a cheap common case and a costly
     rare one. Not differentiable (as `while_loop`)."""
-    tf, ff = _Fn(lambda _: true_fn(), ()), _Fn(lambda _: false_fn(), ())
-    tconsts, fconsts = tf.operands, ff.operands
+    tj, tconsts, ttree = _closed(lambda _: true_fn(), ())
+    fj, fconsts, ftree = _closed(lambda _: false_fn(), ())
 
     def t_fn(tc):
-        return tf(tc, ())
+        return _call(tj, ttree, tc, ())
 
     def f_fn(fc):
-        return ff(fc, ())
+        return _call(fj, ftree, fc, ())
 
     @custom_vmap
     def run(p, tc, fc):
