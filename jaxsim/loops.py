@@ -1,4 +1,6 @@
-"""A while loop whose batched form iterates only the worlds that still iterate.
+"""Control flow whose batched form does only the work the worlds need: a while loop that
+iterates only the worlds still iterating, a cond whose costly branch runs only for the
+worlds that take it, a map evaluated only on masked rows.
 
 Under `jax.vmap`, `lax.while_loop` runs until the last world of the batch stops, and every
 trip evaluates the body for the whole batch (the stopped worlds' results are discarded).
