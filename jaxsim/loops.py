@@ -9,14 +9,14 @@ gymnasium ant at batch 1024 Newton stops after 1.3 iterations on average and 4 a
 the batched loop does three times the work the worlds need.
 
 `while_loop` here has `lax.while_loop`'s semantics world by world. Unbatched it is
-`lax.while_loop`. Batched (a `custom_vmap` rule) each trip gathers a fixed-size chunk of
+`lax.while_loop`. Batched (a custom batching rule) each trip gathers a fixed-size chunk of
 worlds, those still iterating first (lowest index first), applies the body once to the
 chunk's iterating worlds and scatters the chunk back, until no world iterates. A world sees
 the same sequence of body evaluations as alone; shapes stay static; the body is compiled
 once, at the chunk's width; the work is the worlds' total iteration count over the chunk
 width, in trips, instead of the batch's largest count.
 
-The loop is not differentiable (`custom_vmap` has no reverse mode): use it where
+The loop is not differentiable (its primitive has no derivative rules): use it where
 derivatives come from elsewhere (the solvers' implicit derivatives).
 """
 
@@ -25,7 +25,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.custom_batching import custom_vmap
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
 
 # batches up to this size run as one plain batched loop
 _MIN_BATCH = 16
@@ -34,15 +35,62 @@ _MIN_BATCH = 16
 _CHUNK_DIV = 4
 
 
-def _closed(fn, carry):
-    """fn traced at `carry`: (jaxpr, its closed-over values, output tree)."""
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(carry)
-    return closed.jaxpr, closed.consts, jax.tree.structure(out_shape)
+# `custom_vmap` would do, but it turns the constants its function closes over into
+# operands, and a batched operand there is an error: a `lax.cond` with a batched predicate
+# broadcasts all its operands, constants included. This primitive keeps them in the
+# function (compiled in, where XLA folds them) and takes the traced values as operands.
+_batched_p = Primitive("jaxsim_custom_batched")
+_batched_p.multiple_results = True
+_batched_p.def_impl(lambda *args, fn, **_: fn(*args))
+_batched_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
+mlir.register_lowering(_batched_p, mlir.lower_fun(lambda *args, fn, **_: fn(*args),
+                                                  multiple_results=True))
 
 
-def _call(jaxpr, out_tree, consts, carry):
-    out = jax.core.eval_jaxpr(jaxpr, consts, *jax.tree.leaves(carry))
+def _batched_rule(args, dims, *, fn, rule, in_tree, out_avals):
+    del fn, out_avals
+    axis_size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
+    args = [x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims, strict=True)]
+    out, out_batched = rule(axis_size, jax.tree.unflatten(in_tree, [d is not None for d in dims]),
+                            *jax.tree.unflatten(in_tree, args))
+    return jax.tree.leaves(out), [0 if b else None for b in jax.tree.leaves(out_batched)]
+
+
+batching.primitive_batchers[_batched_p] = _batched_rule
+
+
+def _custom_batched(fn, rule, *args):
+    """`fn(*args)`, whose batched form is `rule(axis_size, in_batched, *args)` returning
+    (out, out_batched), as `custom_vmap`."""
+    flat, in_tree = jax.tree.flatten(args)
+    out_shape = jax.eval_shape(fn, *args)
+    out_leaves, out_tree = jax.tree.flatten(out_shape)
+
+    def flat_fn(*xs):
+        return jax.tree.leaves(fn(*jax.tree.unflatten(in_tree, xs)))
+
+    out = _batched_p.bind(*flat, fn=flat_fn, rule=rule, in_tree=in_tree, out_avals=tuple(
+        jax.core.ShapedArray(o.shape, o.dtype) for o in out_leaves))
     return jax.tree.unflatten(out_tree, out)
+
+
+class _Fn:
+    """A traced function: its jaxpr, output tree and closed-over constants. The traced
+    constants travel as operands (the batching rules see them); the concrete ones stay in
+    the function, where XLA folds them (static indices stay static)."""
+
+    def __init__(self, fn, carry):
+        closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(carry)
+        self.jaxpr, self.tree = closed.jaxpr, jax.tree.structure(out_shape)
+        self.traced = [isinstance(c, jax.core.Tracer) for c in closed.consts]
+        self.fixed = [c for c, t in zip(closed.consts, self.traced, strict=True) if not t]
+        self.operands = [c for c, t in zip(closed.consts, self.traced, strict=True) if t]
+
+    def __call__(self, operands, carry):
+        ops, fixed = iter(operands), iter(self.fixed)
+        consts = [next(ops) if t else next(fixed) for t in self.traced]
+        out = jax.core.eval_jaxpr(self.jaxpr, consts, *jax.tree.leaves(carry))
+        return jax.tree.unflatten(self.tree, out)
 
 
 def _select(go, new, old):
@@ -52,20 +100,12 @@ def _select(go, new, old):
 
 def while_loop(cond, body, init):
     """`lax.while_loop(cond, body, init)`; batched, the iterating worlds go in chunks."""
-    cj, cconsts, ctree = _closed(cond, init)
-    bj, bconsts, btree = _closed(body, init)
+    cond_fn, body_fn = _Fn(cond, init), _Fn(body, init)
+    cconsts, bconsts = cond_fn.operands, body_fn.operands
 
-    def cond_fn(cc, c):
-        return _call(cj, ctree, cc, c)
-
-    def body_fn(bc, c):
-        return _call(bj, btree, bc, c)
-
-    @custom_vmap
     def run(cc, bc, c):
         return lax.while_loop(lambda x: cond_fn(cc, x), lambda x: body_fn(bc, x), c)
 
-    @run.def_vmap
     def rule(axis_size, in_batched, cc, bc, c):
         cb, bb, ib = in_batched
         c = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape),
@@ -91,7 +131,7 @@ def while_loop(cond, body, init):
 
         return lax.while_loop(lambda x: jnp.any(vcond(cc, x)), trip, c), out_batched
 
-    return run(cconsts, bconsts, init)
+    return _custom_batched(run, rule, cconsts, bconsts, init)
 
 
 def cond(pred, true_fn, false_fn):
@@ -100,20 +140,18 @@ def cond(pred, true_fn, false_fn):
     `false_fn` only on the worlds whose `pred` is false, a fixed-size chunk at a time
     (nothing runs it when every `pred` holds). For a cheap common case and a costly
     rare one. Not differentiable (as `while_loop`)."""
-    tj, tconsts, ttree = _closed(lambda _: true_fn(), ())
-    fj, fconsts, ftree = _closed(lambda _: false_fn(), ())
+    tf, ff = _Fn(lambda _: true_fn(), ()), _Fn(lambda _: false_fn(), ())
+    tconsts, fconsts = tf.operands, ff.operands
 
     def t_fn(tc):
-        return _call(tj, ttree, tc, ())
+        return tf(tc, ())
 
     def f_fn(fc):
-        return _call(fj, ftree, fc, ())
+        return ff(fc, ())
 
-    @custom_vmap
     def run(p, tc, fc):
         return lax.cond(p, lambda: t_fn(tc), lambda: f_fn(fc))
 
-    @run.def_vmap
     def rule(axis_size, in_batched, p, tc, fc):
         pb, tb, fb = in_batched
         tax = [0 if f else None for f in tb]
@@ -140,7 +178,7 @@ def cond(pred, true_fn, false_fn):
         out, _ = lax.while_loop(lambda c: jnp.any(c[1]), trip, (out, ~p))
         return out, jax.tree.map(lambda _: True, out)
 
-    return run(pred, tconsts, fconsts)
+    return _custom_batched(run, rule, pred, tconsts, fconsts)
 
 
 def _chunked_map(f, mask, items, shared, chunk: int):
@@ -171,41 +209,44 @@ def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
     others, evaluating f only on the masked rows (in chunks of 1/chunk_div of the rows;
     batched, of all the batch's rows at once). Derivatives (forward and reverse) are those
     of the dense map with the unmasked rows zeroed: the tangents are computed densely."""
-    def dense(mask, items, shared):
-        out = jax.vmap(f, in_axes=(0, None))(items, shared)
+    row = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), items)
+    fn = _Fn(lambda a: f(*a), (row, shared))
+
+    def g(item, sh):  # f with its traced closure as an argument: sh = (shared, operands)
+        return fn(sh[1], (item, sh[0]))
+
+    def dense(mask, items, sh):
+        out = jax.vmap(g, in_axes=(0, None))(items, sh)
         return _select(mask, out, jax.tree.map(jnp.zeros_like, out))
 
-    @custom_vmap
-    def sparse(mask, items, shared):
+    def sparse(mask, items, sh):
         n = mask.shape[0]
-        return _chunked_map(f, mask, items, shared, max(1, -(-n // chunk_div)))
+        return _chunked_map(g, mask, items, sh, max(1, -(-n // chunk_div)))
 
-    @sparse.def_vmap
-    def rule(axis_size, in_batched, mask, items, shared):
+    def rule(axis_size, in_batched, mask, items, sh):
         mb, ib, sb = in_batched
         if any(jax.tree.leaves(sb)):  # per-world shared values: no flattening
-            out = jax.vmap(lambda m_, i_, s_: dense(m_, i_, s_),
-                           in_axes=(0 if mb else None, jax.tree.map(lambda b: 0 if b else None,
-                                                                    ib), 0))(mask, items, shared)
+            out = jax.vmap(dense, in_axes=(0 if mb else None,) + jax.tree.map(
+                lambda b: 0 if b else None, (ib, sb)))(mask, items, sh)
             return out, jax.tree.map(lambda _: True, out)
         n = mask.shape[-1]
         mask = jnp.broadcast_to(mask, (axis_size, n)).reshape(-1)
         items = jax.tree.map(
             lambda v, b: (v if b else jnp.broadcast_to(v, (axis_size,) + v.shape)).reshape(
                 (axis_size * n,) + v.shape[2 if b else 1:]), items, ib)
-        out = _chunked_map(f, mask, items, shared, max(1, -(-(axis_size * n) // chunk_div)))
+        out = _chunked_map(g, mask, items, sh, max(1, -(-(axis_size * n) // chunk_div)))
         out = jax.tree.map(lambda v: v.reshape((axis_size, n) + v.shape[1:]), out)
         return out, jax.tree.map(lambda _: True, out)
 
     @jax.custom_jvp
-    def run(mask, items, shared):
-        return sparse(mask, items, shared)
+    def run(mask, items, sh):
+        return _custom_batched(sparse, rule, mask, items, sh)
 
     @run.defjvp
     def run_jvp(primals, tangents):
-        mask, items, shared = primals
+        mask, items, sh = primals
         _, ti, ts = tangents
-        _, tout = jax.jvp(lambda i, s: dense(mask, i, s), (items, shared), (ti, ts))
-        return run(mask, items, shared), tout
+        _, tout = jax.jvp(lambda i, s: dense(mask, i, s), (items, sh), (ti, ts))
+        return run(mask, items, sh), tout
 
-    return run(mask, items, shared)
+    return run(mask, items, (shared, fn.operands))

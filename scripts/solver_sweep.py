@@ -6,8 +6,11 @@ lower tolerance, on both sides, as PGS converges slowly) and runs the referee's
 `check_model` on it with the stages compile,forward,contact,step. One line per model and
 variant, then the pass rate per variant and per source directory.
 
-    python scripts/solver_sweep.py [--states 3] [--json out.json]
+    python scripts/solver_sweep.py [--states 3] [--json out.json] [--log done.jsonl]
         [--variants newton-pyramidal,pgs-elliptic,...] MODEL_OR_DIR ...
+
+With --log, each result is appended to that file as it comes, and the model-variant pairs
+already in it are not run again (a long sweep can stop and go on later).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def main() -> int:
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--states", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--log")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     a = ap.parse_args()
     variants = a.variants.split(",")
@@ -83,7 +87,13 @@ def main() -> int:
     paths = [p for p in paths if not os.path.basename(p).startswith(".")]
     stages = ("compile", "forward", "contact", "step")
     reps = []
+    if a.log and os.path.exists(a.log):
+        with open(a.log) as fh:
+            reps = [json.loads(line) for line in fh if line.strip()]
+    done = {(r["model"], r["variant"]) for r in reps}
     for path in paths:
+        if all((path, v) in done for v in variants):
+            continue
         if not referee.is_standalone_model(path):
             continue
         try:
@@ -93,6 +103,8 @@ def main() -> int:
         if not _has_contacts(mujoco, referee, path, a.states):
             continue
         for v in variants:
+            if (path, v) in done:
+                continue
             tmp = _variant_file(path, v)
             t0 = time.perf_counter()
             try:
@@ -104,6 +116,9 @@ def main() -> int:
             jax.clear_caches()
             r.update(model=path, variant=v, seconds=round(time.perf_counter() - t0, 1))
             reps.append(r)
+            if a.log:
+                with open(a.log, "a") as fh:
+                    fh.write(json.dumps(r, default=str) + "\n")
             st = r.get("stages", {})
             why = "" if r["pass"] else " " + "; ".join(
                 f"{k}:{','.join(s.get('bad', [])) or 'x'}" for k, s in st.items()
@@ -114,6 +129,8 @@ def main() -> int:
     print("\nper variant and source:")
     by = {}
     for r in reps:
+        if r["variant"] not in variants or r["model"] not in set(paths):
+            continue
         src = "gymnasium" if "gymnasium" in r["model"] else (
             "mjx" if "mjx" in r["model"] else ("corpus" if "corpus" in r["model"] else "other"))
         by.setdefault((r["variant"], src), []).append(r["pass"])
