@@ -97,19 +97,110 @@ def fwd_acceleration(m: Model, d: State) -> State:
 
 def fwd_constraint(m: Model, d: State) -> State:
     """Constraint rows, forces and the constrained acceleration. MuJoCo: mj_makeConstraint,
-    mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py)."""
-    efc = _constraint.make_constraint(m, d)
+    mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py).
+
+    With a large contact buffer (a few contacts are usual, the buffer holds the worst case)
+    a world with few contacts builds and solves the rows of only its first `kc` contacts
+    (`_compact_slots`): the rows keep MuJoCo's order, the answer is the same up to rounding,
+    and the forces, states and activity are scattered back to the whole layout. Batched,
+    the whole problem runs only for the worlds with more contacts (`loops.cond`)."""
     if _sleep.enabled(m):
+        efc = _constraint.make_constraint(m, d)
         d = d.replace(tree_island=_islands(m, d, efc))
-    if efc.J.shape[0] == 0:
+        out = _solve_rows(m, d, efc)
+    else:
+        p = _constraint.plan(m, d.contact.dist.shape[0])
+        if p.nefc == 0 or m.nv == 0:
+            return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
+                             efc_force=jnp.zeros(p.nefc, d.qacc.dtype))
+        kc = _compact_slots(p)
+        out = _constraint_stage(m, d) if kc is None else _compact_stage(m, d, p, kc)
+    if out is None:
         return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
                          efc_force=jnp.zeros(0, d.qacc.dtype))
+    qacc, qfrc, force, state, active, niter = out
+    c = d.contact
+    p = _constraint.plan(m, c.dist.shape[0])
+    on = c.active & ~c.exclude if p.nrow else jnp.zeros_like(c.active)
+    con = c.replace(efc_address=jnp.where(on, jnp.asarray(p.cadr, jnp.int32), -1))
+    return d.replace(qacc=qacc, qfrc_constraint=qfrc, efc_force=force, efc_state=state,
+                     efc_active=active, solver_niter=niter, contact=con)
+
+
+def _solve_rows(m: Model, d: State, efc):
+    """(qacc, qfrc_constraint, efc_force, efc_state, efc_active, solver_niter) of the rows
+    in `efc`, or None without rows."""
+    if efc.J.shape[0] == 0:
+        return None
     qacc, force, state, info = _solver.solve(m, d, efc)
-    con = d.contact.replace(efc_address=jnp.where(
-        efc.contact_dim > 0, jnp.asarray(efc.contact_adr, jnp.int32), -1))
-    return d.replace(qacc=qacc, qfrc_constraint=efc.J.T @ force, efc_force=force,
-                     efc_state=state.astype(jnp.int32), efc_active=efc.active,
-                     solver_niter=jnp.asarray(info.niter, jnp.int32), contact=con)
+    return (qacc, efc.J.T @ force, force, state.astype(jnp.int32), efc.active,
+            jnp.asarray(info.niter, jnp.int32))
+
+
+def _constraint_stage(m: Model, d: State):
+    return _solve_rows(m, d, _constraint.make_constraint(m, d))
+
+
+# the compact problem holds an eighth of the contact slots, at least _COMPACT_MIN, and is
+# used when that is at most a quarter of them (it costs a second compilation of the rows
+# and the solver)
+_COMPACT_MIN = 16
+
+
+def _compact_slots(p) -> int | None:
+    """Contact slots of the compact problem (static), or None to always use them all."""
+    if not p.nrow:
+        return None
+    k = max(_COMPACT_MIN, p.ncon // 8)
+    return k if 4 * k <= p.ncon else None
+
+
+def _compact_stage(m: Model, d: State, p, kc: int):
+    """`_constraint_stage` on the first `kc` contacts with rows when the world has no more,
+    on all of them otherwise. Derivatives are those of the chosen branch (a `lax.cond`);
+    the primal alone goes through `loops.cond`, which batched runs the whole problem only
+    for the worlds that need it."""
+    from jaxsim import loops
+
+    nefc, nf = p.nefc, p.nfixed
+
+    def need(d):
+        return jnp.sum(d.contact.active & ~d.contact.exclude) <= kc
+
+    def small(m, d):
+        c = d.contact
+        on = c.active & ~c.exclude
+        sel = jnp.argsort(~on, stable=True)[:kc]
+        valid = on[sel]
+        cs = jax.tree.map(lambda x: x[sel], c)
+        out = _constraint_stage(m, d.replace(contact=cs.replace(active=cs.active & valid)))
+        qacc, qfrc, force, state, active, niter = out
+        pc = _constraint.plan(m, kc)
+        rows = np.arange(pc.nrow)
+        into = jnp.asarray(p.cadr, jnp.int32)[sel][:, None] + rows
+        ok = valid[:, None] & (rows < jnp.asarray(p.crow, jnp.int32)[sel][:, None])
+        dest = jnp.concatenate([jnp.arange(nf, dtype=jnp.int32),
+                                jnp.where(ok, into, nefc).reshape(-1)])
+
+        def back(x, fill):
+            return jnp.full(nefc, fill, x.dtype).at[dest].set(x, mode="drop")
+
+        return (qacc, qfrc, back(force, 0), back(state, _solver._SAT), back(active, False),
+                niter)
+
+    def full(m, d):
+        return _constraint_stage(m, d)
+
+    @jax.custom_jvp
+    def run(m, d):
+        return loops.cond(need(d), lambda: small(m, d), lambda: full(m, d))
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        return jax.jvp(lambda m, d: jax.lax.cond(need(d), small, full, m, d), primals,
+                       tangents)
+
+    return run(m, d)
 
 
 def _islands(m: Model, d: State, efc) -> jax.Array:

@@ -694,58 +694,6 @@ def _run(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int, any_active
     return qacc, force, state, info
 
 
-# the compact problem holds an eighth of the contact slots, at least _COMPACT_MIN, and is
-# used when that is at most a quarter of them (it costs a second compilation of the solver)
-_COMPACT_MIN = 16
-
-
-def _compact_size(efc: Efc) -> int | None:
-    """Contact blocks of the compact problem (static), or None to always solve in full."""
-    ncon = efc.contact_adr.shape[0]
-    k = max(_COMPACT_MIN, ncon // 8)
-    return k if 4 * k <= ncon else None
-
-
-def _run_compact(m: Model, d: State, p: _Problem, efc: Efc, has_cone: bool, nstat: int,
-                 any_active, kc: int):
-    """`_run` on the fixed rows and the first `kc` active contacts when the world has no
-    more (the contact buffer is sized for the worst case; a few contacts are usual), on the
-    whole problem otherwise. The compact problem keeps the rows' order (the same PGS
-    visitation, the same answer up to rounding); its forces are scattered back."""
-    ci_np, own, _, _, inblk = _blocks(efc)
-    nefc = p.J.shape[0]
-    K = ci_np.shape[1]
-    fixed = np.nonzero(~inblk)[0]
-    nf = len(fixed)
-    on = p.kind[p.ci[:, 0]] > 0
-
-    def small():
-        sel = jnp.argsort(~on, stable=True)[:kc]
-        valid = jnp.asarray(own)[sel] & on[sel][:, None]
-        idx = jnp.concatenate([jnp.asarray(fixed, jnp.int32), p.ci[sel].reshape(-1)])
-        ok = jnp.concatenate([jnp.ones(nf, bool), valid.reshape(-1)])
-
-        def rows(a, fill):
-            return jnp.where(ok.reshape(ok.shape + (1,) * (a.ndim - 1)), a[idx], fill)
-
-        blk = np.arange(kc * K)
-        pc = p._replace(
-            J=rows(p.J, 0.0), D=rows(p.D, 0.0), R=rows(p.R, 1.0), floss=rows(p.floss, 0.0),
-            aref=rows(p.aref, 0.0), kind=rows(p.kind, 0), pyr=rows(p.pyr, False),
-            rc=jnp.asarray(np.concatenate([np.zeros(nf, np.int32), blk // K]), jnp.int32),
-            rj=jnp.asarray(np.concatenate([np.zeros(nf, np.int32), blk % K]), jnp.int32),
-            ci=jnp.asarray(nf + blk.reshape(kc, K), jnp.int32), cm=p.cm[sel] & valid,
-            cdim=p.cdim[sel], mu=p.mu[sel], s=p.s[sel], fric=p.fric[sel])
-        qacc, force, state, info = _run(m, d, pc, has_cone, nstat, any_active)
-        dest = jnp.where(ok, idx, nefc)
-        force = jnp.zeros(nefc, force.dtype).at[dest].set(force, mode="drop")
-        state = jnp.full(nefc, _SAT, state.dtype).at[dest].set(state, mode="drop")
-        return qacc, force, state, info
-
-    return loops.cond(jnp.sum(on) <= kc, small,
-                      lambda: _run(m, d, p, has_cone, nstat, any_active))
-
-
 def _tangent_solve(g, y):
     """Solves the linearised optimality condition: its matrix is the Newton Hessian."""
     H = jax.jacfwd(g)(jnp.zeros_like(y))
@@ -781,15 +729,9 @@ def solve(m: Model, d: State, efc: Efc):
     any_active = jnp.any(efc.active)
 
     # integer outputs travel as floats: custom_root gives aux outputs float tangents
-    kc = _compact_size(efc)
-
     def run(_, guess):
         del guess
-        if kc is None:
-            qacc, force, state, info = _run(m, d, p, has_cone, nstat, any_active)
-        else:
-            qacc, force, state, info = _run_compact(m, d, p, efc, has_cone, nstat, any_active,
-                                                    kc)
+        qacc, force, state, info = _run(m, d, p, has_cone, nstat, any_active)
         return qacc, (force, jax.tree.map(lambda x: x.astype(dt), (state, info)))
 
     def residual(x):
