@@ -12,7 +12,6 @@ block (memory nefc x nv, not nefc^2: large contact buffers no longer exhaust mem
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -64,16 +63,23 @@ def _pcg32(hi, lo):
     return nhi, nlo1, out
 
 
+def _shuffle_step(perm, n, t, hi, lo):
+    """Step t of a Fisher-Yates shuffle of perm[:n] with PCG32 (MuJoCo's shuffle_int): swap
+    perm[n - 1 - t] with a random earlier-or-same entry; nothing once t >= n - 1."""
+    i = n - 1 - t
+    nhi, nlo, r = _pcg32(hi, lo)
+    j = (r % jnp.maximum(i + 1, 1).astype(jnp.uint32)).astype(jnp.int32)
+    go = t < n - 1
+    i, j = jnp.where(go, i, 0), jnp.where(go, j, 0)
+    a, b = perm[i], perm[j]
+    return perm.at[i].set(b).at[j].set(a), jnp.where(go, nhi, hi), jnp.where(go, nlo, lo)
+
+
 def _shuffle(perm, n, rng):
     """Fisher-Yates over perm[:n] with PCG32 (MuJoCo's shuffle_int)."""
 
     def body(t, c):
-        perm, hi, lo = c
-        i = n - 1 - t
-        hi, lo, r = _pcg32(hi, lo)
-        j = (r % (i + 1).astype(jnp.uint32)).astype(jnp.int32)
-        a, b = perm[i], perm[j]
-        return perm.at[i].set(b).at[j].set(a), hi, lo
+        return _shuffle_step(c[0], n, t, c[1], c[2])
 
     perm, hi, lo = lax.fori_loop(0, jnp.maximum(n - 1, 0), body, (perm, rng[0], rng[1]))
     return perm, (hi, lo)
@@ -272,18 +278,22 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
         v = op.push(v, idx, jnp.where(msk, new - old, 0.0))
         return (f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), v), change
 
-    def sweep(f, perm):
+    def sweep(f, perm, rng):
+        """One pass over the blocks in the order `perm`; the same trips shuffle a copy of
+        perm, the next pass's order (half the sequential trips of shuffling apart)."""
         def body(t, c):
-            fv, imp = c
+            fv, imp, nxt, hi, lo = c
             i = blocks[perm[t]]
             if has_cone:
                 fv, change = lax.cond(k[i] == _ELL, elliptic, scalar, fv, i)
             else:
                 fv, change = scalar(fv, i)
-            return fv, imp - change
+            nxt, hi, lo = _shuffle_step(nxt, nblocks, t, hi, lo)
+            return fv, imp - change, nxt, hi, lo
 
-        (f, _), imp = lax.fori_loop(0, nblocks, body, ((f, op.v_of(f)), jnp.zeros((), dt)))
-        return f, imp
+        init = ((f, op.v_of(f)), jnp.zeros((), dt), perm, rng[0], rng[1])
+        (f, _), imp, nxt, hi, lo = lax.fori_loop(0, nblocks, body, init)
+        return f, imp, nxt, (hi, lo)
 
     def project(f):
         f = jnp.where(k == _FRIC, jnp.clip(f, -p.floss, p.floss), f)
@@ -296,8 +306,9 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
         return f
 
     state0 = _dual_state(p, f, has_cone)
+    perm, rng = _shuffle(jnp.arange(nefc, dtype=jnp.int32), nblocks, rng)
     carry = dict(it=jnp.int32(0), done=jnp.bool_(False), f=f, fprev=f, fmom=f, nk=jnp.int32(0),
-                 perm=jnp.arange(nefc, dtype=jnp.int32), rng=rng, state=state0,
+                 perm=perm, rng=rng, state=state0,
                  info=_stats(nstat, dt))
 
     def cond(c):
@@ -314,8 +325,7 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
         f = jnp.where(ext, fx, f)
         fmom = f
 
-        perm, rng = _shuffle(c["perm"], nblocks, c["rng"])
-        f, improvement = sweep(f, perm)
+        f, improvement, perm, rng = sweep(f, c["perm"], c["rng"])
         state = _dual_state(p, f, has_cone)
         nchange = jnp.sum(state != c["state"]).astype(jnp.int32)
         nactive = jnp.sum(state != _SAT).astype(jnp.int32)
