@@ -21,8 +21,9 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
+from jax import lax
 
-from jaxsim import linalg, math, scan
+from jaxsim import hostnp, linalg, math, scan
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import CamLight, JointType, Model, State, TrnType, WrapType
 
@@ -727,6 +728,33 @@ def factor_m(m: Model, d: State) -> State:
     return d.replace(qLD=L + jnp.diag(D), qLDiagInv=1.0 / D, warning=w)
 
 
+def _inv_unit_lower(m: Model, L: jax.Array) -> jax.Array:
+    """The inverse of qLD's unit lower-triangular factor, row by row: row r is e_r minus
+    L[r, j] times row j over r's ancestor dofs j (the inverse keeps the tree's sparsity)."""
+    anc, _ = _ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))
+    eye = jnp.eye(m.nv, dtype=L.dtype)
+    rows = []
+    for r in range(m.nv):
+        v = eye[r]
+        for j in np.nonzero(anc[r])[0]:
+            v = v - L[r, j] * rows[j]
+        rows.append(v)
+    return jnp.stack(rows)
+
+
+def _kept(x: jax.Array) -> jax.Array:
+    """x computed once (XLA would otherwise fuse its producer into every use of it)."""
+    return x if hostnp.on_host() else lax.optimization_barrier(x)
+
+
+def _madd(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a (k, n) @ b (n, p) as n multiply-adds."""
+    out = a[:, :1] * b[0][None]
+    for j in range(1, a.shape[1]):
+        out = out + a[:, j:j + 1] * b[j][None]
+    return out
+
+
 def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     """Solves M y = x with the factorisation in d.qLD (L' D L). MuJoCo: mj_solveM.
 
@@ -735,6 +763,12 @@ def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     """
     if not m.nv:
         return x
+    if x.ndim == 2 and x.shape[0] > m.nv:
+        # many right-hand sides (constraint rows): y = ((x L^-1) / D) L^-T with L^-1 formed
+        # once, in the tree's sparsity, and the products as multiply-adds (small batched
+        # matrix products and triangular loops run far slower on the CPU)
+        Li = _kept(_inv_unit_lower(m, d.qLD))
+        return _madd(_kept(_madd(x, Li) * d.qLDiagInv), Li.T)
     X = jnp.atleast_2d(x).T
     tri = linalg.solve_triangular
     Y = tri(d.qLD, X, trans=True, lower=True, unit_diagonal=True)
