@@ -4,7 +4,8 @@ Both sweep the constraint blocks of the dual problem 0.5 f'(A + R) f + f'(J qacc
 aref) (noslip: A alone, friction blocks only) one at a time, on the masked fixed-size
 problem of `jaxsim.solver`: scalar rows with their box constraints, pyramidal edge pairs and
 elliptic cones through a small QCQP, MuJoCo's visitation order (PCG32 shuffle) and
-Nesterov momentum, and the statistics of mjData.solver. `jaxsim.solver.solve` calls them
+Nesterov momentum, each constraint island on its own as MuJoCo 4.0 does unless the island
+flag is disabled, and the statistics of mjData.solver. `jaxsim.solver.solve` calls them
 and supplies the implicit gradients. Up to DENSE_MAX_ROWS rows the dual matrix is formed;
 beyond, sweeps read its rows as J_i M^-1 J' f through v = M^-1 J' f, updated with each
 block (memory nefc x nv, not nefc^2: large contact buffers no longer exhaust memory).
@@ -13,6 +14,7 @@ block (memory nefc x nv, not nefc^2: large contact buffers no longer exhaust mem
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxsim import linalg
@@ -61,28 +63,6 @@ def _pcg32(hi, lo):
     nlo1 = nlo + u(1)
     nhi = nhi + (nlo1 < nlo).astype(jnp.uint32)
     return nhi, nlo1, out
-
-
-def _shuffle_step(perm, n, t, hi, lo):
-    """Step t of a Fisher-Yates shuffle of perm[:n] with PCG32 (MuJoCo's shuffle_int): swap
-    perm[n - 1 - t] with a random earlier-or-same entry; nothing once t >= n - 1."""
-    i = n - 1 - t
-    nhi, nlo, r = _pcg32(hi, lo)
-    j = (r % jnp.maximum(i + 1, 1).astype(jnp.uint32)).astype(jnp.int32)
-    go = t < n - 1
-    i, j = jnp.where(go, i, 0), jnp.where(go, j, 0)
-    a, b = perm[i], perm[j]
-    return perm.at[i].set(b).at[j].set(a), jnp.where(go, nhi, hi), jnp.where(go, nlo, lo)
-
-
-def _shuffle(perm, n, rng):
-    """Fisher-Yates over perm[:n] with PCG32 (MuJoCo's shuffle_int)."""
-
-    def body(t, c):
-        return _shuffle_step(c[0], n, t, c[1], c[2])
-
-    perm, hi, lo = lax.fori_loop(0, jnp.maximum(n - 1, 0), body, (perm, rng[0], rng[1]))
-    return perm, (hi, lo)
 
 
 # above this many rows the dual matrix J M^-1 J' (nefc x nefc) is not formed: rows of it
@@ -215,8 +195,43 @@ def _cost_change(A, new, old, res):
     return jnp.where(keep, old, new), jnp.where(keep, 0.0, change)
 
 
+def _row_islands(m: Model, d: State, p: _Problem):
+    """(labels (nefc,) int32, nisland, scale (nisland,)): the constraint island of each row,
+    and the termination scale of each (1 / trace of its dofs' inertia), as MuJoCo 4.0
+    solves them one by one unless the island flag is disabled. Rows are joined through the
+    kinematic trees their Jacobians touch; an island is named by its smallest tree id (rows
+    touching no tree, the inactive ones, get nisland). One island when the model has a single
+    tree or the flag is off: the labels are then a constant zero."""
+    nefc = p.J.shape[0]
+    n = int(m.ntree)
+    if n <= 1 or m.opt.disableflags & DisableBit.ISLAND:
+        return jnp.zeros(nefc, jnp.int32), 1, p.scale[None]
+    onehot = np.asarray(m.dof_treeid)[:, None] == np.arange(n)[None, :]
+    touch = ((p.J != 0).astype(p.J.dtype) @ jnp.asarray(onehot, p.J.dtype)) > 0  # (nefc, n)
+    big = jnp.int32(n)
+
+    def body(c):
+        tree, _ = c
+        row = jnp.min(jnp.where(touch, tree[None, :], big), axis=1)
+        new = jnp.minimum(tree, jnp.min(jnp.where(touch, row[:, None], big), axis=0))
+        return new, jnp.any(new != tree)
+
+    tree, _ = lax.while_loop(lambda c: c[1], body, (jnp.arange(n, dtype=jnp.int32),
+                                                    jnp.ones((), bool)))
+    row = jnp.min(jnp.where(touch, tree[None, :], big), axis=1)
+    diag = jnp.diagonal(d.qM) if d.qM.ndim == 2 else d.qM
+    trace = jnp.zeros(n, p.J.dtype).at[tree[np.asarray(m.dof_treeid)]].add(diag)
+    return row.astype(jnp.int32), n, 1.0 / jnp.where(trace > 0, trace, 1.0)
+
+
 def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
-    """Projected Gauss-Seidel on the dual. MuJoCo: mj_solPGS (monolithic)."""
+    """Projected Gauss-Seidel on the dual. MuJoCo: mj_solPGS, one island at a time.
+
+    Islands share no dofs, so their blocks are swept in one pass (in any interleaving) while
+    each keeps its own visiting order (its own PCG32 stream, seeded alike), momentum,
+    improvement and termination; an island that has converged stops changing. The
+    statistics hold the sum over the islands still iterating; niter is the largest island's
+    count (MuJoCo: per island)."""
     dt = p.qacc_smooth.dtype
     nefc = p.J.shape[0]
     K = p.ci.shape[1] if has_cone else 1
@@ -237,7 +252,35 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     start = (k == _EQ) | (k == _FRIC) | (k == _INEQ) | ((k == _ELL) & (p.rj == 0))
     nblocks = jnp.sum(start).astype(jnp.int32)
     blocks = jnp.nonzero(start, size=nefc, fill_value=0)[0].astype(jnp.int32)
-    rng = _pcg32(jnp.uint32(0), jnp.uint32(0))[:2]  # seeded state after one step
+    rowisl, nisl, scale = _row_islands(m, d, p)
+    # blocks grouped by island (in row order within each): island i's order is kept in
+    # perm[seg[i] : seg[i] + cnt[i]]
+    bisl = jnp.where(jnp.arange(nefc) < nblocks, rowisl[blocks], nisl)
+    cnt = jnp.sum(bisl[None, :] == jnp.arange(nisl)[:, None], axis=1).astype(jnp.int32)
+    seg = (jnp.cumsum(cnt) - cnt).astype(jnp.int32)
+    perm0 = jnp.argsort(bisl, stable=True).astype(jnp.int32)
+    hi0, lo0, _ = _pcg32(jnp.uint32(0), jnp.uint32(0))  # seeded state after one step
+    rng = (jnp.full(nisl, hi0), jnp.full(nisl, lo0))
+
+    def shuffle_step(perm, t, hi, lo):
+        """Step t of each island's Fisher-Yates shuffle of its segment (shuffle_int)."""
+        i = cnt - 1 - t
+        nhi, nlo, r = _pcg32(hi, lo)
+        go = t < cnt - 1
+        j = (r % jnp.maximum(i + 1, 1).astype(jnp.uint32)).astype(jnp.int32)
+        a = jnp.where(go, seg + i, nefc)
+        bb = jnp.where(go, seg + j, nefc)
+        pa, pb = perm[jnp.minimum(a, nefc - 1)], perm[jnp.minimum(bb, nefc - 1)]
+        perm = perm.at[a].set(pb, mode="drop").at[bb].set(pa, mode="drop")
+        return perm, jnp.where(go, nhi, hi), jnp.where(go, nlo, lo)
+
+    def shuffle(perm, rng):
+        def body(t, c):
+            return shuffle_step(c[0], t, c[1], c[2])
+
+        perm, hi, lo = lax.fori_loop(0, jnp.maximum(jnp.max(cnt) - 1, 0), body,
+                                     (perm, rng[0], rng[1]))
+        return perm, (hi, lo)
 
     def scalar(fv, i):
         f, v = fv
@@ -278,20 +321,28 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
         v = op.push(v, idx, jnp.where(msk, new - old, 0.0))
         return (f.at[jnp.where(msk, idx, nefc)].set(new, mode="drop"), v), change
 
-    def sweep(f, perm, rng):
-        """One pass over the blocks in the order `perm`; the same trips shuffle a copy of
-        perm, the next pass's order (half the sequential trips of shuffling apart)."""
+    def update(fv, i):
+        if has_cone:
+            return lax.cond(k[i] == _ELL, elliptic, scalar, fv, i)
+        return scalar(fv, i)
+
+    def sweep(f, perm, rng, running):
+        """One pass over the blocks of the running islands in the order `perm`; the same
+        trips shuffle a copy of perm, the next pass's order (half the sequential trips of
+        shuffling apart)."""
         def body(t, c):
             fv, imp, nxt, hi, lo = c
             i = blocks[perm[t]]
-            if has_cone:
-                fv, change = lax.cond(k[i] == _ELL, elliptic, scalar, fv, i)
+            isl = jnp.minimum(rowisl[i], nisl - 1)
+            if nisl == 1:
+                fv, change = update(fv, i)
             else:
-                fv, change = scalar(fv, i)
-            nxt, hi, lo = _shuffle_step(nxt, nblocks, t, hi, lo)
-            return fv, imp - change, nxt, hi, lo
+                fv, change = lax.cond(running[isl], update, lambda fv, i: (fv, jnp.zeros((), dt)),
+                                      fv, i)
+            nxt, hi, lo = shuffle_step(nxt, t, hi, lo)
+            return fv, imp.at[isl].add(-change), nxt, hi, lo
 
-        init = ((f, op.v_of(f)), jnp.zeros((), dt), perm, rng[0], rng[1])
+        init = ((f, op.v_of(f)), jnp.zeros(nisl, dt), perm, rng[0], rng[1])
         (f, _), imp, nxt, hi, lo = lax.fori_loop(0, nblocks, body, init)
         return f, imp, nxt, (hi, lo)
 
@@ -305,37 +356,48 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
             f = jnp.where(k == _ELL, fb[p.rc, p.rj], f)
         return f
 
+    def per_row(x):
+        """An island quantity on each row (rows of no island: island 0's, unused)."""
+        return x[jnp.minimum(rowisl, nisl - 1)]
+
+    def island_sum(x):
+        if nisl == 1:
+            return jnp.sum(x)[None]
+        return jnp.zeros(nisl, x.dtype).at[rowisl].add(x, mode="drop")
+
     state0 = _dual_state(p, f, has_cone)
-    perm, rng = _shuffle(jnp.arange(nefc, dtype=jnp.int32), nblocks, rng)
-    carry = dict(it=jnp.int32(0), done=jnp.bool_(False), f=f, fprev=f, fmom=f, nk=jnp.int32(0),
-                 perm=perm, rng=rng, state=state0,
+    perm, rng = shuffle(perm0, rng)
+    carry = dict(it=jnp.int32(0), done=cnt == 0, f=f, fprev=f, fmom=f,
+                 nk=jnp.zeros(nisl, jnp.int32), perm=perm, rng=rng, state=state0,
                  info=_stats(nstat, dt))
 
     def cond(c):
-        return ~c["done"] & (c["it"] < maxiter)
+        return jnp.any(~c["done"]) & (c["it"] < maxiter)
 
     def body(c):
-        f, fprev, it = c["f"], c["fprev"], c["it"]
+        f, it, running = c["f"], c["it"], ~c["done"]
+        run_r = per_row(running)
         # Nesterov extrapolation, projected back onto the constraint set
         nk = c["nk"].astype(dt)  # small integer: exact in any float dtype
-        beta = jnp.where(it > 0, (nk - 1) / (nk + 2.0), 0.0)
-        ext = beta > 0
-        fx = project(f + beta * (f - fprev))
-        fprev = f
+        beta = per_row(jnp.where(it > 0, (nk - 1) / (nk + 2.0), 0.0))
+        ext = run_r & (beta > 0)
+        fx = project(f + beta * (f - c["fprev"]))
+        fprev = jnp.where(run_r, f, c["fprev"])
         f = jnp.where(ext, fx, f)
-        fmom = f
+        fmom = jnp.where(run_r, f, c["fmom"])
 
-        f, improvement, perm, rng = sweep(f, c["perm"], c["rng"])
+        f, imp, perm, rng = sweep(f, c["perm"], c["rng"], running)
         state = _dual_state(p, f, has_cone)
         nchange = jnp.sum(state != c["state"]).astype(jnp.int32)
         nactive = jnp.sum(state != _SAT).astype(jnp.int32)
-        improvement = improvement * p.scale
+        imp = imp * scale
         zero = jnp.zeros((), dt)
-        info = _record(c["info"], it, True, improvement, zero, zero, nactive, nchange, 0)
-        restart = (it > 0) & (jnp.sum((f - fmom) * (fmom - fprev)) < 0)
-        nk = jnp.where(restart, 0, c["nk"] + 1)
-        return dict(it=it + 1, done=improvement < tol, f=f, fprev=fprev, fmom=fmom, nk=nk,
-                    perm=perm, rng=rng, state=state, info=info)
+        info = _record(c["info"], it, True, jnp.sum(jnp.where(running, imp, 0.0)), zero, zero,
+                       nactive, nchange, 0)
+        restart = (it > 0) & (island_sum((f - fmom) * (fmom - fprev)) < 0)
+        nk = jnp.where(running, jnp.where(restart, 0, c["nk"] + 1), c["nk"])
+        return dict(it=it + 1, done=c["done"] | (running & (imp < tol)), f=f, fprev=fprev,
+                    fmom=fmom, nk=nk, perm=perm, rng=rng, state=state, info=info)
 
     c = lax.while_loop(cond, body, carry)
     return c["f"], c["state"], c["info"]._replace(niter=c["it"])

@@ -56,8 +56,10 @@ SMALL = """
 # ----------------------------------------------------------------------------- helpers
 
 
-def _mujoco(xml, cone, solver_, iterations, tol, steps=400, noslip=0, flags=0, seed=0):
-    """MuJoCo after a short rollout with random controls, then noisy qvel and forces."""
+def _mujoco(xml, cone, solver_, iterations, tol, steps=400, noslip=0, flags=0, seed=0,
+            islands=False):
+    """MuJoCo after a short rollout with random controls, then noisy qvel and forces; one
+    monolithic problem unless `islands`."""
     m = mujoco.MjModel.from_xml_string(xml)
     m.opt.jacobian = mujoco.mjtJacobian.mjJAC_DENSE
     m.opt.cone = cone
@@ -69,7 +71,7 @@ def _mujoco(xml, cone, solver_, iterations, tol, steps=400, noslip=0, flags=0, s
         mujoco.mj_step(m, d)
     m.opt.solver, m.opt.iterations, m.opt.tolerance = solver_, iterations, tol
     m.opt.noslip_iterations = noslip
-    m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_ISLAND | flags
+    m.opt.disableflags |= (0 if islands else mujoco.mjtDisableBit.mjDSBL_ISLAND) | flags
     d.qvel[:] += 0.3 * rng.standard_normal(m.nv)
     d.qfrc_applied[:] = 3.0 * rng.standard_normal(m.nv)
     mujoco.mj_forward(m, d)
@@ -279,6 +281,27 @@ def test_small_model(cone, solver_):
     assert 0 < int(out[3].niter) < 200
     _check(m, d, case, out, 1e-9, dual=pgs)
     _check_stats(d, out[3], not pgs, tol=1e-6, counts=not elliptic_pgs)
+
+
+@pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
+def test_pgs_by_island(cone):
+    """MuJoCo 4.0 runs PGS on each constraint island alone: its own visiting order (a PCG32
+    stream per island), momentum and termination scaled by the island's inertia. After a
+    few sweeps the forces depend on that order; at the end, on each island's stopping."""
+    xml = SMALL
+    for iterations, tol in ((3, 1e-15), (60, 1e-6)):
+        m, d = _mujoco(xml, cone, PGS, iterations, tol, islands=True)
+        assert d.nisland >= 3, d.nisland
+        case, out = _run(xml, m, d)
+        _check(m, d, case, out, 1e-9, dual=True)
+        assert int(out[3].niter) == d.solver_niter[:d.nisland].max()
+        # the same problem solved whole reaches other forces after a few sweeps
+        if iterations == 3:
+            jm, js, efc, idx, act = case
+            flags = jm.opt.disableflags | int(mujoco.mjtDisableBit.mjDSBL_ISLAND)
+            whole = _solve(efc.contact_nrow)(jm.replace(opt=jm.opt.replace(disableflags=flags)),
+                                             js, efc)
+            assert _rel(np.asarray(whole[1])[act], d.efc_force[idx[act]]) > 1e-6
 
 
 @pytest.mark.skipif(gym_assets() is None, reason="gymnasium not installed")
