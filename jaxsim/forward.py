@@ -104,23 +104,20 @@ def fwd_constraint(m: Model, d: State) -> State:
     (`_compact_slots`): the rows keep MuJoCo's order, the answer is the same up to rounding,
     and the forces, states and activity are scattered back to the whole layout. Batched,
     the whole problem runs only for the worlds with more contacts (`loops.cond`)."""
+    p = _constraint.plan(m, d.contact.dist.shape[0])
+    out = None
     if _sleep.enabled(m):
         efc = _constraint.make_constraint(m, d)
         d = d.replace(tree_island=_islands(m, d, efc))
         out = _solve_rows(m, d, efc)
-    else:
-        p = _constraint.plan(m, d.contact.dist.shape[0])
-        if p.nefc == 0 or m.nv == 0:
-            return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
-                             efc_force=jnp.zeros(p.nefc, d.qacc.dtype))
+    elif p.nefc and m.nv:
         kc = _compact_slots(p)
         out = _constraint_stage(m, d) if kc is None else _compact_stage(m, d, p, kc)
     if out is None:
         return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
-                         efc_force=jnp.zeros(0, d.qacc.dtype))
+                         efc_force=jnp.zeros(p.nefc, d.qacc.dtype))
     qacc, qfrc, force, state, active, niter = out
     c = d.contact
-    p = _constraint.plan(m, c.dist.shape[0])
     on = c.active & ~c.exclude if p.nrow else jnp.zeros_like(c.active)
     con = c.replace(efc_address=jnp.where(on, jnp.asarray(p.cadr, jnp.int32), -1))
     return d.replace(qacc=qacc, qfrc_constraint=qfrc, efc_force=force, efc_state=state,
