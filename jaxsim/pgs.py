@@ -14,7 +14,6 @@ block (memory nefc x nv, not nefc^2: large contact buffers no longer exhaust mem
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from jaxsim import linalg
@@ -31,6 +30,7 @@ from jaxsim.solver import (
     _QUAD,
     _SAT,
     SolverInfo,
+    _islands,
     _norm,
     _Problem,
     _record,
@@ -195,35 +195,6 @@ def _cost_change(A, new, old, res):
     return jnp.where(keep, old, new), jnp.where(keep, 0.0, change)
 
 
-def _row_islands(m: Model, d: State, p: _Problem):
-    """(labels (nefc,) int32, nisland, scale (nisland,)): the constraint island of each row,
-    and the termination scale of each (1 / trace of its dofs' inertia), as MuJoCo 4.0
-    solves them one by one unless the island flag is disabled. Rows are joined through the
-    kinematic trees their Jacobians touch; an island is named by its smallest tree id (rows
-    touching no tree, the inactive ones, get nisland). One island when the model has a single
-    tree or the flag is off: the labels are then a constant zero."""
-    nefc = p.J.shape[0]
-    n = int(m.ntree)
-    if n <= 1 or m.opt.disableflags & DisableBit.ISLAND:
-        return jnp.zeros(nefc, jnp.int32), 1, p.scale[None]
-    onehot = np.asarray(m.dof_treeid)[:, None] == np.arange(n)[None, :]
-    touch = ((p.J != 0).astype(p.J.dtype) @ jnp.asarray(onehot, p.J.dtype)) > 0  # (nefc, n)
-    big = jnp.int32(n)
-
-    def body(c):
-        tree, _ = c
-        row = jnp.min(jnp.where(touch, tree[None, :], big), axis=1)
-        new = jnp.minimum(tree, jnp.min(jnp.where(touch, row[:, None], big), axis=0))
-        return new, jnp.any(new != tree)
-
-    tree, _ = lax.while_loop(lambda c: c[1], body, (jnp.arange(n, dtype=jnp.int32),
-                                                    jnp.ones((), bool)))
-    row = jnp.min(jnp.where(touch, tree[None, :], big), axis=1)
-    diag = jnp.diagonal(d.qM) if d.qM.ndim == 2 else d.qM
-    trace = jnp.zeros(n, p.J.dtype).at[tree[np.asarray(m.dof_treeid)]].add(diag)
-    return row.astype(jnp.int32), n, 1.0 / jnp.where(trace > 0, trace, 1.0)
-
-
 def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     """Projected Gauss-Seidel on the dual. MuJoCo: mj_solPGS, one island at a time.
 
@@ -252,7 +223,11 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     start = (k == _EQ) | (k == _FRIC) | (k == _INEQ) | ((k == _ELL) & (p.rj == 0))
     nblocks = jnp.sum(start).astype(jnp.int32)
     blocks = jnp.nonzero(start, size=nefc, fill_value=0)[0].astype(jnp.int32)
-    rowisl, nisl, scale = _row_islands(m, d, p)
+    isl = _islands(m, d, p)
+    if isl is None:
+        rowisl, nisl, scale = jnp.zeros(nefc, jnp.int32), 1, p.scale[None]
+    else:
+        rowisl, nisl, scale = isl.row, isl.n, isl.scale
     # blocks grouped by island (in row order within each): island i's order is kept in
     # perm[seg[i] : seg[i] + cnt[i]]
     bisl = jnp.where(jnp.arange(nefc) < nblocks, rowisl[blocks], nisl)

@@ -186,6 +186,63 @@ def _norm(x, axis=-1):
     return jnp.where(sq > 0, jnp.sqrt(_safe(sq, sq > 0)), 0.0)
 
 
+# --------------------------------------------------------------------------- islands
+
+
+class _Isl(NamedTuple):
+    """Constraint islands of a problem: MuJoCo 4.0 solves each on its own unless the island
+    flag is disabled. Rows are joined through the kinematic trees their Jacobians touch; an
+    island is named by its smallest tree id (n slots, some unused); label n means none (an
+    inactive row, a dof of a tree no row touches)."""
+
+    n: int
+    row: jax.Array  # (nefc,) int32
+    dof: jax.Array  # (nv,) int32
+    scale: jax.Array  # (n,) 1 / trace of the island's dofs' inertia
+
+    def rsum(self, x):
+        """Per-island sums of a row quantity."""
+        return jnp.zeros(self.n, x.dtype).at[self.row].add(x, mode="drop")
+
+    def dsum(self, x):
+        """Per-island sums of a dof quantity."""
+        return jnp.zeros(self.n, x.dtype).at[self.dof].add(x, mode="drop")
+
+    def on_rows(self, x, fill=0):
+        """An island quantity on each row (`fill` on rows of no island)."""
+        return jnp.where(self.row < self.n, x[jnp.minimum(self.row, self.n - 1)], fill)
+
+    def on_dofs(self, x, fill=0):
+        return jnp.where(self.dof < self.n, x[jnp.minimum(self.dof, self.n - 1)], fill)
+
+
+def _islands(m: Model, d: State, p: _Problem) -> _Isl | None:
+    """The problem's constraint islands, or None for one problem (a single tree, the island
+    flag disabled): the solvers then keep their monolithic form."""
+    n = int(m.ntree)
+    if n <= 1 or m.opt.disableflags & DisableBit.ISLAND or m.nv == 0:
+        return None
+    tree_of = np.asarray(m.dof_treeid)
+    onehot = tree_of[:, None] == np.arange(n)[None, :]
+    touch = ((p.J != 0).astype(p.J.dtype) @ jnp.asarray(onehot, p.J.dtype)) > 0  # (nefc, n)
+    big = jnp.int32(n)
+
+    def body(c):
+        tree, _ = c
+        row = jnp.min(jnp.where(touch, tree[None, :], big), axis=1)
+        new = jnp.minimum(tree, jnp.min(jnp.where(touch, row[:, None], big), axis=0))
+        return new, jnp.any(new != tree)
+
+    tree, _ = lax.while_loop(lambda c: c[1], body, (jnp.arange(n, dtype=jnp.int32),
+                                                    jnp.ones((), bool)))
+    row = jnp.min(jnp.where(touch, tree[None, :], big), axis=1).astype(jnp.int32)
+    used = jnp.zeros(n, bool).at[row].set(True, mode="drop")
+    dof = jnp.where(used[tree[tree_of]], tree[tree_of], big).astype(jnp.int32)
+    diag = jnp.diagonal(p.M)
+    trace = jnp.zeros(n, p.M.dtype).at[dof].add(diag, mode="drop")
+    return _Isl(n, row, dof, 1.0 / jnp.where(trace > 0, trace, 1.0))
+
+
 # ------------------------------------------------------------------ constraint update
 
 
@@ -297,13 +354,18 @@ class _Line(NamedTuple):
     cone: tuple | None  # (U0, V0, UU, UV, VV, Dm, q0, q1, q2) per contact
 
 
-def _prepare(p: _Problem, has_cone, jaref, jv, Ma, Mv, v) -> _Line:
+def _prepare(p: _Problem, has_cone, jaref, jv, Ma, Mv, v, isl: _Isl | None = None) -> _Line:
+    """(With islands, g1 and g2 are per island.)"""
     D = p.D
     q0 = 0.5 * D * jaref * jaref
     q1 = jv * D * jaref
     q2 = 0.5 * jv * D * jv
-    g1 = jnp.dot(v, Ma) - jnp.dot(p.qfrc_smooth, v)
-    g2 = 0.5 * jnp.dot(v, Mv)
+    if isl is None:
+        g1 = jnp.dot(v, Ma) - jnp.dot(p.qfrc_smooth, v)
+        g2 = 0.5 * jnp.dot(v, Mv)
+    else:
+        g1 = isl.dsum(v * Ma) - isl.dsum(p.qfrc_smooth * v)
+        g2 = 0.5 * isl.dsum(v * Mv)
     cone = None
     if has_cone:
         cm = p.cm
@@ -330,9 +392,23 @@ def _cone_zone(N, tsq, mu):
     return jnp.where(pos, z, jnp.where(N < 0, 2, 1)), T
 
 
-def _eval(p: _Problem, ln: _Line, alpha):
-    """cost(alpha) - cost(0) and its first two derivatives. MuJoCo: PrimalEval."""
+def _eval(p: _Problem, ln: _Line, alpha, isl: _Isl | None = None):
+    """cost(alpha) - cost(0) and its first two derivatives. MuJoCo: PrimalEval.
+
+    With islands, alpha holds one step per island and the result one row per island."""
     k = p.kind
+    alpha_all = alpha
+    if isl is None:
+        rsum = csum = jnp.sum
+    else:
+        con_isl = isl.row[p.ci[:, 0]]
+        rsum = isl.rsum
+
+        def csum(x):
+            return jnp.zeros(isl.n, x.dtype).at[con_isl].add(x, mode="drop")
+
+        alpha_con = alpha[jnp.minimum(con_isl, isl.n - 1)]
+        alpha = isl.on_rows(alpha)
     x = ln.jaref + alpha * ln.jv
     dq0 = 2 * alpha * ln.q2 + ln.q1
     dq1 = 2 * ln.q2
@@ -374,9 +450,11 @@ def _eval(p: _Problem, ln: _Line, alpha):
         cost_rows = cost_rows + jnp.where(fr, c_fr, 0.0)
         d0_rows = d0_rows + jnp.where(fr, d0_fr, 0.0)
         d1_rows = d1_rows + jnp.where(fr, d1_fr, 0.0)
-    cost, d0, d1 = jnp.sum(cost_rows), jnp.sum(d0_rows), jnp.sum(d1_rows)
+    cost, d0, d1 = rsum(cost_rows), rsum(d0_rows), rsum(d1_rows)
 
     if ln.cone is not None:
+        if isl is not None:
+            alpha = alpha_con
         U0, V0, UU, UV, VV, Dm, e0, e1, e2 = ln.cone
         mu = p.mu
         za, T0 = _cone_zone(U0, UU, mu)
@@ -409,18 +487,20 @@ def _eval(p: _Problem, ln: _Line, alpha):
             zb == 2, 2 * e2,
             jnp.where(zb == 3, Dm * ((V0 - mu * t1) ** 2 + r * (-mu * t2)), 0.0))
         con = p.cm[:, 0]
-        cost = cost + jnp.sum(jnp.where(con, c_cone, 0.0))
-        d0 = d0 + jnp.sum(jnp.where(con, dd0, 0.0))
-        d1 = d1 + jnp.sum(jnp.where(con, dd1, 0.0))
+        cost = cost + csum(jnp.where(con, c_cone, 0.0))
+        d0 = d0 + csum(jnp.where(con, dd0, 0.0))
+        d1 = d1 + csum(jnp.where(con, dd1, 0.0))
 
+    alpha = alpha_all
     cost = cost + alpha * alpha * ln.g2 + alpha * ln.g1
     d0 = d0 + 2 * alpha * ln.g2 + ln.g1
     d1 = d1 + 2 * ln.g2
     d1 = jnp.where(d1 <= 0, MINVAL, d1)
-    return jnp.stack([alpha, cost, d0, d1])
+    return jnp.stack([alpha, cost, d0, d1], -1)
 
 
-def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
+def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
+                isl: _Isl | None = None):
     """Exact line search: Newton steps, then bracketing. MuJoCo: PrimalSearch.
 
     Points are [alpha, cost - cost(0), d cost, d2 cost]. MuJoCo's sequence of evaluations
@@ -429,7 +509,9 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
     Newton point, 4 the bracket's midpoint, 5 and 6 the updated brackets' Newton points.
     Returns (alpha, improvement, number of evaluations, |derivative| at alpha); alpha = 0
     means no improvement. With `skip` (a world of a vmapped batch whose solver has already
-    stopped) no point is evaluated and alpha is 0.
+    stopped) no point is evaluated and alpha is 0. With islands, each runs its own search
+    (gtol, skip and the results per island) and every loop step evaluates all of them in
+    one pass over the rows.
     """
     A, C, G = 0, 1, 2
     zero = jnp.zeros(4, ln.g1.dtype)
@@ -444,7 +526,7 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
     def newton(q):
         return q[A] - q[G] / q[3]
 
-    def converged(q):
+    def converged(q, gtol):
         if stagnation:
             return jnp.abs(q[G]) < jnp.maximum(gtol, ulps * q[3] * jnp.abs(q[A]))
         return jnp.abs(q[G]) < gtol
@@ -458,13 +540,17 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
             flag = flag | lower | upper
         return q, flag
 
-    def body(c):
-        ph, n = c["phase"], c["n"]
-        p0, p1, p2, p1n, p2n = c["p0"], c["p1"], c["p2"], c["p1n"], c["p2n"]
-        alpha = jnp.select(
+    def pick(c):
+        """The next point to evaluate."""
+        ph, p0, p1, p2 = c["phase"], c["p0"], c["p1"], c["p2"]
+        return jnp.select(
             [ph == 0, ph == 1, ph == 4, ph == 6],
             [0.0 * p0[A], newton(p0), 0.5 * (p1[A] + p2[A]), newton(p2)], newton(p1))
-        q = _eval(p, ln, alpha)
+
+    def advance(c, q):
+        """The state after evaluating q = [alpha, cost, d cost, d2 cost]."""
+        ph, n, gtol = c["phase"], c["n"], c["gtol"]
+        p0, p1, p2, p1n, p2n = c["p0"], c["p1"], c["p2"], c["p1n"], c["p2n"]
         n = n + 1
         direction = c["dir"]
         done, res, ok = jnp.bool_(False), zero, jnp.bool_(True)
@@ -474,14 +560,14 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
         # 0, 1: origin and its Newton point (converged at once, or pick a direction)
         p0 = jnp.where(ph == 0, q, p0)
         first = ph == 1
-        conv0 = first & converged(q) & ((q[A] == 0) | (q[C] < 0))
+        conv0 = first & converged(q, gtol) & ((q[A] == 0) | (q[C] < 0))
         direction = jnp.where(first, jnp.where(q[G] < 0, 1.0, -1.0), direction)
         p2 = jnp.where(first, p0, p2)
         # 2: one-sided steps; the previous point becomes the far bracket end
         step = ph == 2
         p2 = jnp.where(step, p1, p2)
         p1 = jnp.where(first | step, q, p1)
-        conv1 = step & converged(q) & (q[C] < 0)
+        conv1 = step & converged(q, gtol) & (q[C] < 0)
         done, res = done | conv0 | conv1, jnp.where(conv0 | conv1, q, res)
         one_sided = (first | step) & ~conv0 & ~conv1
         keep = one_sided & (p1[G] * direction <= -gtol) & (n < ls_iterations)
@@ -503,7 +589,7 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
         cands = (p1n, p2n, q)
         best, best_cost, got = zero, 0.0 * q[C], jnp.bool_(False)
         for cand in cands:
-            take = converged(cand) & (~got | (cand[C] < best_cost))
+            take = converged(cand, gtol) & (~got | (cand[C] < best_cost))
             best = jnp.where(take, cand, best)
             best_cost = jnp.where(take, cand[C], best_cost)
             got = got | take
@@ -532,14 +618,31 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False):
         ok = ~(out & ~pick1 & ~pick2)
         return dict(phase=nph, n=n, p0=p0, p1=p1, p2=p2, p1n=p1n, p2n=p2n, b1=b1, b2=b2,
                     dir=direction, done=done, res=jnp.where(done, res, c["res"]),
-                    ok=jnp.where(done, ok, c["ok"]))
+                    ok=jnp.where(done, ok, c["ok"]), gtol=gtol)
 
     init = dict(phase=jnp.int32(0), n=jnp.int32(0), p0=zero, p1=zero, p2=zero, p1n=zero,
                 p2n=zero, b1=jnp.bool_(False), b2=jnp.bool_(False), dir=zero[0],
-                done=jnp.asarray(skip, bool), res=zero, ok=jnp.bool_(True))
-    c = lax.while_loop(lambda c: ~c["done"], body, init)
+                done=jnp.asarray(skip, bool), res=zero, ok=jnp.bool_(True),
+                gtol=jnp.asarray(gtol, zero.dtype))
+    if isl is None:
+        c = lax.while_loop(lambda c: ~c["done"], lambda c: advance(c, _eval(p, ln, pick(c))),
+                           init)
+    else:
+        init = {k: jnp.broadcast_to(v, (isl.n,) + v.shape) for k, v in init.items()}
+        init["done"] = jnp.broadcast_to(jnp.asarray(skip, bool), (isl.n,))
+        init["gtol"] = jnp.broadcast_to(jnp.asarray(gtol, zero.dtype), (isl.n,))
+
+        def body(c):
+            q = _eval(p, ln, jax.vmap(pick)(c), isl)
+            new = jax.vmap(advance)(c, q)
+            stay = c["done"]
+            return jax.tree.map(
+                lambda a, b: jnp.where(jnp.reshape(stay, stay.shape + (1,) * (a.ndim - 1)), a, b),
+                c, new)
+
+        c = lax.while_loop(lambda c: ~jnp.all(c["done"]), body, init)
     r = c["res"]
-    return r[A], -r[C], c["n"], jnp.where(c["ok"], jnp.abs(r[G]), 0.0)
+    return r[..., A], -r[..., C], c["n"], jnp.where(c["ok"], jnp.abs(r[..., G]), 0.0)
 
 
 # ------------------------------------------------------------------------------ warmstart
@@ -579,14 +682,43 @@ def _record(info: SolverInfo, i, ok, improvement, gradient, slope, nactive, ncha
 
 
 def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat: int):
-    """Newton or CG on the reduced primal. MuJoCo: mj_solPrimal (monolithic)."""
+    """Newton or CG on the reduced primal. MuJoCo: mj_solPrimal, one island at a time.
+
+    Islands share no dofs and no rows: one iteration moves every island still running by its
+    own line search (steps, improvements, gradients, termination and CG's conjugate
+    directions per island, scaled by the island's own inertia); the Newton Hessian is block
+    diagonal by island, so one factorisation serves all. Dofs of no island keep qacc_smooth.
+    The statistics sum (improvement, evaluations) or take the largest (gradient, slope) over
+    the islands that moved; niter is the most iterations of any island."""
     tol = m.opt.tolerance
     maxiter = m.opt.iterations
     ls_tol = m.opt.tolerance * m.opt.ls_tolerance
-    scale = p.scale
     hess = newton and has_cone
+    isl = _islands(m, d, p)
+    if isl is None:
+        scale = p.scale
+        dot, norm = jnp.dot, jnp.linalg.norm
+
+        def on_d(x, fill=0):
+            return x
+
+        on_r = on_d
+        every = anyof = total = most = on_d
+    else:
+        scale = isl.scale
+
+        def dot(a, b):
+            return isl.dsum(a * b)
+
+        def norm(a):
+            return jnp.sqrt(isl.dsum(a * a))
+
+        on_d, on_r = isl.on_dofs, isl.on_rows
+        every, anyof, total, most = jnp.all, jnp.any, jnp.sum, jnp.max
 
     qacc = _start_primal(m, p, d.qacc_warmstart, has_cone)
+    if isl is not None:  # unconstrained dofs: qacc_smooth
+        qacc = jnp.where(isl.dof < isl.n, qacc, p.qacc_smooth)
     Ma = p.M @ qacc
     jaref = p.J @ qacc - p.aref
     up = _update(p, jaref, has_cone, hess)
@@ -594,12 +726,12 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
     mgrad = solve_m(m, d, grad)
 
     # zero-iteration certificate: the cost gap is bounded by 0.5 grad' M^-1 grad
-    gradok = scale * jnp.linalg.norm(grad) < tol
-    done = jnp.maximum(0.0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol
+    gradok = scale * norm(grad) < tol
+    done = jnp.maximum(0.0, 0.5 * scale * dot(grad, mgrad)) < tol
     if newton:
         done = done & gradok
         mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad)
-        done = done | (gradok & (jnp.maximum(0.0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol))
+        done = done | (gradok & (jnp.maximum(0.0, 0.5 * scale * dot(grad, mgrad)) < tol))
     search = -mgrad
 
     carry = dict(it=jnp.int32(0), done=done, qacc=qacc, Ma=Ma, jaref=jaref, force=up.force,
@@ -607,25 +739,26 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
                  info=_stats(nstat, qacc.dtype))
 
     def cond(c):
-        return ~c["done"] & (c["it"] < maxiter)
+        return ~every(c["done"]) & (c["it"] < maxiter)
 
     def body(c):
         v = c["search"]
-        snorm = jnp.linalg.norm(v)
+        snorm = norm(v)
         Mv = p.M @ v
         jv = p.J @ v
-        ln = _prepare(p, has_cone, c["jaref"], jv, c["Ma"], Mv, v)
+        ln = _prepare(p, has_cone, c["jaref"], jv, c["Ma"], Mv, v, isl)
         # under vmap the loop runs while any world iterates: the stopped ones evaluate
-        # nothing (their line search would otherwise run to ls_iterations every trip)
+        # nothing (their line search would otherwise run to ls_iterations every trip); so
+        # do the converged islands of a world
         alpha, ls_imp, neval, slope = _linesearch(p, ln, ls_tol * snorm / scale,
-                                                  m.opt.ls_iterations, skip=c["done"])
+                                                  m.opt.ls_iterations, skip=c["done"], isl=isl)
         small = snorm < MINVAL
         alpha = jnp.where(small, 0.0, alpha)
         stop = alpha == 0
 
-        qacc = c["qacc"] + alpha * v
-        Ma = c["Ma"] + alpha * Mv
-        jaref = c["jaref"] + alpha * jv
+        qacc = c["qacc"] + on_d(alpha) * v
+        Ma = c["Ma"] + on_d(alpha) * Mv
+        jaref = c["jaref"] + on_r(alpha) * jv
         up = _update(p, jaref, has_cone, hess)
         grad = Ma - p.qfrc_smooth - p.J.T @ up.force
         if newton:
@@ -635,35 +768,47 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         nchange = jnp.sum(up.state != c["state"]).astype(jnp.int32)
         nactive = jnp.sum(up.state != _SAT).astype(jnp.int32)
         improvement = scale * ls_imp
-        gradient = scale * jnp.linalg.norm(grad)
-        info = _record(c["info"], c["it"], ~stop, improvement, gradient, slope * scale / snorm,
-                       nactive, nchange, neval)
+        gradient = scale * norm(grad)
+        moved = ~stop
+        info = _record(c["info"], c["it"], anyof(moved),
+                       total(jnp.where(moved, improvement, 0.0)),
+                       most(jnp.where(moved, gradient, 0.0)),
+                       most(jnp.where(moved, slope * scale / snorm, 0.0)),
+                       nactive, nchange, total(jnp.where(moved, neval, 0)).astype(jnp.int32))
         term = ((improvement > 0) & (improvement < tol)) | (gradient < tol)
         if qacc.dtype != jnp.float64:
             # stagnation below float64: a step that no longer moves qacc at the working
             # precision ends the iterations (float64 keeps MuJoCo's tests only)
             ulps = 4 * jnp.finfo(qacc.dtype).eps
-            term = term | (jnp.abs(alpha) * snorm <= ulps * jnp.linalg.norm(qacc))
+            term = term | (jnp.abs(alpha) * snorm <= ulps * norm(qacc))
         if newton:
-            term = term | (jnp.maximum(0.0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol)
+            term = term | (jnp.maximum(0.0, 0.5 * scale * dot(grad, mgrad)) < tol)
             search = -mgrad
         else:
             # Hager-Zhang direction, restarted when conjugacy is lost
             y = grad - c["grad"]
             my = mgrad - c["mgrad"]
             s = c["search"]
-            dy = jnp.dot(s, y)
+            dy = dot(s, y)
             dys = _safe(dy, dy >= MINVAL)
-            beta_hz = (jnp.dot(y, mgrad) - 2 * (jnp.dot(y, my) / dys) * jnp.dot(s, grad)) / dys
-            gnorm = jnp.minimum(0.01, jnp.linalg.norm(grad))
-            eta = -1.0 / jnp.maximum(MINVAL, jnp.linalg.norm(s) * gnorm)
+            beta_hz = (dot(y, mgrad) - 2 * (dot(y, my) / dys) * dot(s, grad)) / dys
+            gnorm = jnp.minimum(0.01, norm(grad))
+            eta = -1.0 / jnp.maximum(MINVAL, norm(s) * gnorm)
             beta = jnp.where(dy < MINVAL, 0.0, jnp.maximum(eta, beta_hz))
-            search = -mgrad + beta * s
+            search = -mgrad + on_d(beta) * s
 
         new = dict(it=c["it"] + 1, done=term, qacc=qacc, Ma=Ma, jaref=jaref, force=up.force,
                    state=up.state, grad=grad, mgrad=mgrad, search=search, info=info)
-        out = jax.tree.map(lambda a, b: jnp.where(stop, a, b), c, new)
-        out["done"] = stop | term
+        if isl is None:
+            out = jax.tree.map(lambda a, b: jnp.where(stop, a, b), c, new)
+        else:  # the islands that did not move keep their dofs and rows
+            keep_d, keep_r = on_d(stop, True), on_r(stop, True)
+            out = {k: jnp.where(keep_r if k in ("jaref", "force", "state") else keep_d,
+                                c[k], new[k])
+                   for k in ("qacc", "Ma", "jaref", "force", "state", "grad", "mgrad",
+                             "search")}
+            out["it"] = jnp.where(every(stop), c["it"], c["it"] + 1)
+        out["done"] = c["done"] | stop | term
         out["info"] = info
         return out
 

@@ -221,11 +221,13 @@ def _on_cone_boundary(m, d):
     return rows
 
 
-def _check(m, d, case, out, tol, dual=False):
+def _check(m, d, case, out, tol, dual=False, states=True):
     _, _, _, idx, act = case
     qacc, force, state, info = out
     assert _rel(qacc, d.qacc) < tol
     assert _rel(force[act], d.efc_force[idx[act]]) < tol
+    if not states:
+        return
     skip = _on_cone_boundary(m, d) if dual else set()
     bad = [i for i in np.nonzero(state[act] != d.efc_state[idx[act]])[0] if idx[act][i] not in skip]
     assert not bad, (state[act][bad], d.efc_state[idx[act]][bad])
@@ -284,19 +286,24 @@ def test_small_model(cone, solver_):
 
 
 @pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
-def test_pgs_by_island(cone):
-    """MuJoCo 4.0 runs PGS on each constraint island alone: its own visiting order (a PCG32
-    stream per island), momentum and termination scaled by the island's inertia. After a
-    few sweeps the forces depend on that order; at the end, on each island's stopping."""
-    xml = SMALL
-    for iterations, tol in ((3, 1e-15), (60, 1e-6)):
-        m, d = _mujoco(xml, cone, PGS, iterations, tol, islands=True)
+@pytest.mark.parametrize("solver_", [NEWTON, CG, PGS])
+def test_by_island(cone, solver_):
+    """MuJoCo 4.0 solves each constraint island on its own: PGS with its own visiting order
+    (a PCG32 stream per island) and momentum, Newton and CG with their own line searches and
+    conjugate directions; termination is scaled by the island's inertia. After a few
+    iterations the answer depends on that; at the end, on each island's stopping (CG
+    solved whole stops 2e-4 away from MuJoCo's answer here)."""
+    few = 3 if solver_ == PGS else 2
+    for iterations, tol in ((few, 1e-15), (60, 1e-8)):
+        m, d = _mujoco(SMALL, cone, solver_, iterations, tol, islands=True)
         assert d.nisland >= 3, d.nisland
-        case, out = _run(xml, m, d)
-        _check(m, d, case, out, 1e-9, dual=True)
+        case, out = _run(SMALL, m, d)
+        # (MuJoCo 4.0's Newton and CG by island leave efc_state as the warmstart's update
+        # found it; ours are the states at the solution)
+        _check(m, d, case, out, 1e-8, dual=solver_ == PGS, states=solver_ == PGS)
         assert int(out[3].niter) == d.solver_niter[:d.nisland].max()
-        # the same problem solved whole reaches other forces after a few sweeps
-        if iterations == 3:
+        # the same problem solved whole reaches other forces after a few iterations
+        if iterations == few:
             jm, js, efc, idx, act = case
             flags = jm.opt.disableflags | int(mujoco.mjtDisableBit.mjDSBL_ISLAND)
             whole = _solve(efc.contact_nrow)(jm.replace(opt=jm.opt.replace(disableflags=flags)),
