@@ -331,14 +331,14 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
             f = jnp.where(k == _ELL, fb[p.rc, p.rj], f)
         return f
 
-    def per_row(x):
-        """An island quantity on each row (rows of no island: island 0's, unused)."""
-        return x[jnp.minimum(rowisl, nisl - 1)]
+    if isl is None:  # one island: its quantities broadcast over the rows as scalars
+        def per_row(x):
+            return x[0]
 
-    def island_sum(x):
-        if nisl == 1:
+        def island_sum(x):
             return jnp.sum(x)[None]
-        return jnp.zeros(nisl, x.dtype).at[rowisl].add(x, mode="drop")
+    else:
+        per_row, island_sum = isl.on_rows, isl.rsum
 
     state0 = _dual_state(p, f, has_cone)
     perm, rng = shuffle(perm0, rng)
