@@ -140,9 +140,10 @@ def _constraint_stage(m: Model, d: State):
 
 # the compact problem holds a sixteenth of the contact slots, at least _COMPACT_MIN, and is
 # used when that is at most a third of them (it costs a second compilation of the rows and
-# the solver). Measured at batch 1024, float32 (gymnasium models, 100 steps): the ant's 25
-# slots with 8 compact ones 5350 -> 7500 steps/s, the humanoid's 190 with 8 instead of 23
-# 1675 -> 2150; rows scale the solver's cost, and a resting robot has a few contacts
+# the solver, about 5 s on the gymnasium ant). Measured at batch 1024, float32, 100 steps:
+# the ant's 25 slots with 8 compact ones 5350 -> 7500 steps/s in one A/B run (referee
+# bench.py, noisy machine: 5112 -> 5790); the humanoid's 190 slots with 11 instead of 23
+# showed no measurable change (bench.py 1912 -> 1932)
 _COMPACT_MIN = 8
 
 
