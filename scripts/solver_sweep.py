@@ -53,6 +53,28 @@ def _variant_file(path: str, variant: str) -> str:
     return out
 
 
+def _shared_forward_step():
+    """jit(forward), and a step that is its composition with the parts of `jaxsim.step`
+    around forward (the value checks before, the integrator after), each compiled apart, so
+    that forward compiles once per model (RK4 models, whose step is not forward then an
+    integrator, get jit(step))."""
+    import importlib
+
+    fw = importlib.import_module("jaxsim.forward")  # the module (jaxsim.forward is a function)
+
+    fwd = jax.jit(fw.forward)
+    check = jax.jit(fw.check_pos_vel)
+    post = jax.jit(lambda m, d: fw._integrate_unless_reset(m, d, lambda dd: fw.integrate(m, dd)))
+    whole = jax.jit(fw.step)
+
+    def step(m, d):
+        if fw._rk4_in_one_pass(m):
+            return whole(m, d)
+        return post(m, fwd(m, check(m, d)))
+
+    return fwd, step
+
+
 def _has_contacts(mujoco, referee, path: str, nstates: int) -> bool:
     m = mujoco.MjModel.from_xml_path(path)
     rng = np.random.default_rng(0)
@@ -74,6 +96,10 @@ def main() -> int:
     # leave it out (it does not depend on the solver), so it gets a module without it
     api = types.SimpleNamespace(**{k: getattr(jaxsim, k) for k in dir(jaxsim)
                                    if not k.startswith("_") and k != "inverse"})
+    # compile time is most of a model's time: the referee is told not to jit (it then
+    # calls these as they are), and its step stage reuses the compiled forward
+    os.environ["REFEREE_NOJIT"] = "1"
+    api.forward, api.step = _shared_forward_step()
     warnings.simplefilter("ignore")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="+")
