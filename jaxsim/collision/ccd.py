@@ -213,17 +213,50 @@ def mesh_data(model, mesh_ids) -> MeshData:
 
 
 # ------------------------------------------------------------------------ support functions
-# Geom types are Python ints (the usual, specialised case) or traced int32 scalars (one
+# Geom types are Python ints (the usual, specialised case), traced int32 scalars (one
 # compiled function for several pair types; every geom then carries a MeshData, a dummy one
-# for primitives, see `dummy_mesh_data`).
+# for primitives, see `dummy_mesh_data`) or TypeOf (traced among known types).
 
 _PRIMS = (SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH)
 
 
-def is_type(t, *types):
-    """t in types: a Python bool for a static type, a traced bool otherwise."""
+@jax.tree_util.register_pytree_node_class
+class TypeOf:
+    """A traced geom type known to be one of `options` (static): the type dispatch
+    (`is_type`, `support`, the flat-feature functions) is compiled for those types only."""
+
+    def __init__(self, value, options):
+        self.value = value
+        self.options = tuple(sorted(int(o) for o in options))
+
+    def tree_flatten(self):
+        return (self.value,), self.options
+
+    @classmethod
+    def tree_unflatten(cls, options, children):
+        return cls(children[0], options)
+
+
+def type_options(t) -> tuple | None:
+    """The geom types `t` may be: (t,) for a static type, the options of a TypeOf, None for
+    a bare traced type (any)."""
     if isinstance(t, (int, np.integer)):
-        return int(t) in types
+        return (int(t),)
+    if isinstance(t, TypeOf):
+        return t.options
+    return None
+
+
+def is_type(t, *types):
+    """t in types: a Python bool when decided statically, a traced bool otherwise."""
+    opts = type_options(t)
+    if opts is not None:
+        inter = [o for o in opts if o in types]
+        if not inter:
+            return False
+        if len(inter) == len(opts):
+            return True
+        return jnp.isin(t.value, jnp.asarray(inter, I32))
     return jnp.isin(t, jnp.asarray(types, I32))
 
 
@@ -235,9 +268,13 @@ def support(t, g: Geom, d, warm, core):
     `core` shrinks a sphere to its centre and a capsule to its segment.
     """
     if not isinstance(t, (int, np.integer)):
-        outs = [support(tt, g, d, warm, core) for tt in _PRIMS if tt != MESH or g.data is not None]
-        ts = [tt for tt in _PRIMS if tt != MESH or g.data is not None]
-        sel = [t == tt for tt in ts]
+        opts = type_options(t) or _PRIMS
+        ts = [tt for tt in opts if tt != MESH or g.data is not None]
+        outs = [support(tt, g, d, warm, core) for tt in ts]
+        if len(outs) == 1:
+            return outs[0]
+        tv = t.value if isinstance(t, TypeOf) else t
+        sel = [tv == tt for tt in ts]
         return tuple(jnp.select(sel, [o[i] for o in outs], outs[0][i]) for i in range(3))
     pos, mat, size = g.pos, g.mat, g.size
     m1 = jnp.asarray(-1, I32)

@@ -52,8 +52,10 @@ Structure: `jaxsim.collision.ccd` holds the support functions per geom type, GJK
 `_polygon_clip`, `_polygon_quad`); this module the pair functions `convex`, `plane_convex`,
 the table `functions` and `penetration`.
 
-Geom types are Python ints (specialised code) or traced int32 scalars (one compiled
-function for every pair; then each geom carries a MeshData, a dummy one for primitives).
+Geom types are Python ints (specialised code), traced int32 scalars (one compiled
+function for every pair; then each geom carries a MeshData, a dummy one for primitives), or
+`ccd.TypeOf` (traced among a static set of types: the driver's merged groups, whose type
+dispatch is compiled for those types only; a geom without MeshData is then not a mesh).
 
 The iterative parts run on `stop_gradient` inputs. Gradients reach distances and positions
 through support points evaluated at the final (frozen) contact normal, whose derivative is
@@ -156,11 +158,13 @@ def _envelope(t1, g1, t2, g2, normal, dist, pos):
             lax.stop_gradient(pos) + (q - lax.stop_gradient(q)))
 
 
-def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) -> Contacts:
+def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None,
+           nslot: int | None = None) -> Contacts:
     """mjc_Convex for geom types t1 <= t2: max_contacts(t1, t2, opt) slots.
 
     t1 and t2 are usually Python ints; traced int32 types make one function for several
-    pairs (then both geoms carry a MeshData and there are 5 slots, or 1 without multiCCD).
+    pairs (then a mesh geom carries its MeshData, and there are 5 slots, or 1 without
+    multiCCD, or `nslot`: 1 when every pair involves a sphere or an ellipsoid).
     MuJoCo 4.0 has no perturbation (multiCCD) pass any more: the extra contacts of box and
     mesh pairs come from clipping aligned faces and edges, with or without a margin.
     """
@@ -172,7 +176,8 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None) ->
     ms = lax.stop_gradient(margin)
     tol = lax.stop_gradient(jnp.asarray(opt.tolerance, dt))
     static = isinstance(t1, (int, np.integer)) and isinstance(t2, (int, np.integer))
-    nslot = max_contacts(t1, t2, opt) if static else (5 if opt.multiccd else 1)
+    if nslot is None:
+        nslot = max_contacts(t1, t2, opt) if static else (5 if opt.multiccd else 1)
     c = ccd(_geom_pair(t1, s1, t2, s2, ms), tol, int(opt.iterations), -jnp.ones(2, I32))
     valid = c.dist < 0
     normal = normalize(c.x1 - c.x2)

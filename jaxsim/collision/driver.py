@@ -67,6 +67,7 @@ class Group(NamedTuple):
     ipair: np.ndarray  # (p,) explicit <pair> id or -1
     pair: np.ndarray  # (p,) index of each pair in buffer order
     slot: np.ndarray  # (p, k) position of each contact in the (uncapped) buffer
+    merged: bool = False  # several convex type pairs, one function (types per pair)
 
 
 class Plan(NamedTuple):
@@ -209,6 +210,30 @@ def _check_supported(m: Model, g1, g2, table) -> None:
         raise NotImplementedError(f"jaxsim has no collision function for geom pair(s) {names}")
 
 
+# Convex type pairs (GJK/EPA) with at most MERGE_MAX candidate pairs each share one
+# compiled function per contact count when a model has several of them: geom types are
+# then traced per pair (convex.convex), so GJK and EPA are compiled once instead of once per
+# type pair (the tactile test model: 8 -> 3). Larger groups keep their specialised code,
+# which runs faster; capsule-mesh keeps it always (its segment clipping is static-only).
+MERGE_MAX = 64
+
+
+def _merged_types(table, t1, t2) -> dict:
+    """{(type1, type2): k} of the convex type pairs to merge, by contact count k."""
+    from jaxsim.collision import convex
+
+    counts = {}
+    for a, b in zip(t1.tolist(), t2.tolist(), strict=True):
+        counts[(a, b)] = counts.get((a, b), 0) + 1
+    cand = {t: table[t][1] for t, n in counts.items()
+            if t in convex._CONVEX_PAIRS and t != (GeomType.CAPSULE, GeomType.MESH)
+            and n <= MERGE_MAX}
+    per_k = {}
+    for k in cand.values():
+        per_k[k] = per_k.get(k, 0) + 1
+    return {t: k for t, k in cand.items() if per_k[k] >= 2}
+
+
 _PLANS: dict = {}
 
 
@@ -245,11 +270,19 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
     ks = np.array([table[(int(a), int(b))][1] for a, b in zip(t1, t2, strict=True)], np.int64)
     start = np.concatenate([[0], np.cumsum(ks)]).astype(np.int64)
     groups = []
+    merge = _merged_types(table, t1, t2)
     for types in sorted(set(zip(t1.tolist(), t2.tolist(), strict=True))):
+        if types in merge:
+            continue
         sel = np.nonzero((t1 == types[0]) & (t2 == types[1]))[0]
         k = table[types][1]
         slot = start[sel][:, None] + np.arange(k)[None, :]
         groups.append(Group(types, k, g1[sel], g2[sel], ip[sel], sel, slot))
+    for k in sorted(set(merge.values())):
+        sel = np.nonzero([merge.get((int(a), int(b))) == k
+                          for a, b in zip(t1, t2, strict=True)])[0]
+        slot = start[sel][:, None] + np.arange(k)[None, :]
+        groups.append(Group((-1, k), k, g1[sel], g2[sel], ip[sel], sel, slot, True))
     ncand = int(start[-1]) + sum(sw.cap2 * sw.k for sw in sweeps)
     cap = m.nconmax if nconmax is None else nconmax
     ncon = ncand if cap is None or cap < 0 else min(ncand, int(cap))
@@ -410,6 +443,47 @@ def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt, kee
             fr.reshape(n, 3, 3).astype(dt), valid.reshape(n))
 
 
+def _narrow_merged(m: Model, d: State, grp: Group, bound, dt):
+    """A merged convex group (`MERGE_MAX`): one convex.convex call with the geom types per
+    pair (each side's type dispatch compiled for the types on that side); a side's geoms
+    carry MeshData rows when a mesh is among them (a primitive gets some mesh's row, which
+    its type never reads)."""
+    from jaxsim.collision import ccd, convex
+
+    gtype = _np(m.geom_type)
+    ids = np.concatenate([grp.geom1, grp.geom2])
+    mesh = gtype[ids] == GeomType.MESH
+    data1 = data2 = None
+    if mesh.any():
+        dataid = _np(m.geom_dataid)[ids]
+        rows = ccd.mesh_data(m, np.where(mesh, dataid, dataid[mesh][0]))
+        n = len(grp.geom1)
+        if mesh[:n].any():
+            data1 = jax.tree.map(lambda x: x[:n], rows)
+        if mesh[n:].any():
+            data2 = jax.tree.map(lambda x: x[n:], rows)
+    opt = convex.CCDOptions.of(m.opt)
+
+    def types(g):  # a side's type: static if one, else traced among those present
+        opts = sorted(set(gtype[g].tolist()))
+        return opts[0] if len(opts) == 1 else ccd.TypeOf(jnp.asarray(gtype[g], jnp.int32), opts)
+
+    t1, t2 = types(grp.geom1), types(grp.geom2)
+    ga = Geom(d.geom_xpos[grp.geom1], d.geom_xmat[grp.geom1], m.geom_size[grp.geom1], data1)
+    gb = Geom(d.geom_xpos[grp.geom2], d.geom_xmat[grp.geom2], m.geom_size[grp.geom2], data2)
+    axis = lambda t: None if isinstance(t, int) else 0  # noqa: E731
+
+    def one(a, b, g1, g2, bnd):
+        res: Contacts = convex.convex(a, b, g1, g2, bnd, opt, nslot=grp.k)
+        return res.dist, res.pos, jax.vmap(make_frame)(res.normal, res.tangent), res.valid
+
+    dist, pos, fr, valid = jax.vmap(one, in_axes=(axis(t1), axis(t2), 0, 0, 0))(
+        t1, t2, ga, gb, bound)
+    n = dist.shape[0] * grp.k
+    return (dist.reshape(n).astype(dt), pos.reshape(n, 3).astype(dt),
+            fr.reshape(n, 3, 3).astype(dt), valid.reshape(n))
+
+
 def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | None:
     """Narrow phase over the statically enumerated pairs, in MuJoCo's pair order."""
     if not p.groups:
@@ -421,12 +495,15 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | Non
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
-        analytic = grp.types in _analytic()
-        touch = TOUCH if analytic else 0.0
-        sparse = analytic and len(idx) >= _SPARSE_MIN
-        out = _narrow(m, d, table[grp.types][0], grp.k, grp.geom1, grp.geom2,
-                      _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
-                      (margin + gap)[idx] + touch, dt, keep[idx] if sparse else None)
+        if grp.merged:
+            out = _narrow_merged(m, d, grp, (margin + gap)[idx], dt)
+        else:
+            analytic = grp.types in _analytic()
+            touch = TOUCH if analytic else 0.0
+            sparse = analytic and len(idx) >= _SPARSE_MIN
+            out = _narrow(m, d, table[grp.types][0], grp.k, grp.geom1, grp.geom2,
+                          _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
+                          (margin + gap)[idx] + touch, dt, keep[idx] if sparse else None)
         valid = out[3] & jnp.repeat(keep[idx], grp.k)
         parts.append(out[:3] + (valid,))
         slots.append(grp.slot.reshape(-1))

@@ -24,12 +24,14 @@ from jaxsim.collision.ccd import (
     MESH,
     MINVAL,
     MINVAL2,
+    TypeOf,
     cross,
     dot,
     is_type,
     mul,
     mul_t,
     normalize,
+    type_options,
 )
 
 # --------------------------------------------------------------------------- multi-contact
@@ -165,14 +167,20 @@ def _mesh_face(g, idx, pv: int):
 
 
 def _by_type(t, box_fn, mesh_fn, cyl_fn=None):
-    """Dispatch on a box/mesh/cylinder geom type (static or traced)."""
+    """Dispatch on a box/mesh/cylinder geom type (static, TypeOf or traced); mesh_fn None:
+    the geom carries no mesh data (so is not a mesh)."""
     if isinstance(t, (int, np.integer)):
         return {BOX: box_fn, MESH: mesh_fn, CYLINDER: cyl_fn}[int(t)]()
-    fns = [(BOX, box_fn), (MESH, mesh_fn)] + ([(CYLINDER, cyl_fn)] if cyl_fn else [])
+    opts = type_options(t)
+    fns = [(tt, f) for tt, f in ((BOX, box_fn), (MESH, mesh_fn), (CYLINDER, cyl_fn))
+           if f is not None and (opts is None or tt in opts)]
+    if len(fns) == 1:
+        return fns[0][1]()
+    tv = t.value if isinstance(t, TypeOf) else t
     outs = [(tt, f()) for tt, f in fns]
     res = outs[-1][1]
     for tt, o in outs[-2::-1]:
-        res = jax.tree.map(lambda x, y, tt=tt: jnp.where(t == tt, x, y), o, res)
+        res = jax.tree.map(lambda x, y, tt=tt: jnp.where(tv == tt, x, y), o, res)
     return res
 
 
@@ -354,11 +362,10 @@ def _vertices(t, g, vi, pts, margin):
         return jax.vmap(lambda l: mul(g.mat, l) + g.pos)(jnp.where(sgn, g.size, -g.size))
 
     def mesh():
-        if g.data is None:
-            return pts
         return jax.vmap(lambda i: mul(g.mat, g.data.vert[i]) + g.pos)(jnp.maximum(vi, 0))
 
-    return _by_type(t, box, mesh, lambda: _cyl_raw(g, pts, vi, margin))
+    return _by_type(t, box, None if g.data is None else mesh,
+                    lambda: _cyl_raw(g, pts, vi, margin))
 
 
 class _Multi(NamedTuple):
@@ -388,10 +395,10 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     dim2, vi2, v2 = _simplex_dim(vi2, _vertices(t2, g2, vi2, frec[:, 6:9], margin))
     dirn = x2 - x1
     n1, id1, nn1 = _by_type(t1, lambda: _box_normals(g1, dim1, vi1, dirn * -1, nn),
-                            lambda: _mesh_normals(g1, dim1, vi1, nn),
+                            None if g1.data is None else (lambda: _mesh_normals(g1, dim1, vi1, nn)),
                             lambda: _cyl_normals(g1, dim1, vi1, nn))
     n2, id2, nn2 = _by_type(t2, lambda: _box_normals(g2, dim2, vi2, dirn, nn),
-                            lambda: _mesh_normals(g2, dim2, vi2, nn),
+                            None if g2.data is None else (lambda: _mesh_normals(g2, dim2, vi2, nn)),
                             lambda: _cyl_normals(g2, dim2, vi2, nn))
     ar = jnp.arange(nn)
     # aligned faces: of the pairs within mjFACE_TOL of opposite, the most nearly opposite
@@ -410,10 +417,10 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
         return jnp.any(pe), k2 // nn, k2 % nn  # found, face index, edge index
 
     ed1, end1, ne1 = _by_type(t1, lambda: _box_edges(g1, dim1, v1, vi1[0], nn),
-                              lambda: _mesh_edges(g1, dim1, v1, vi1[0], nn),
+                              None if g1.data is None else (lambda: _mesh_edges(g1, dim1, v1, vi1[0], nn)),
                               lambda: _cyl_edges(g1, dim1, v1, vi1[0], nn))
     ed2, end2, ne2 = _by_type(t2, lambda: _box_edges(g2, dim2, v2, vi2[0], nn),
-                              lambda: _mesh_edges(g2, dim2, v2, vi2[0], nn),
+                              None if g2.data is None else (lambda: _mesh_edges(g2, dim2, v2, vi2[0], nn)),
                               lambda: _cyl_edges(g2, dim2, v2, vi2[0], nn))
     ok1, f1, e1 = edge_face(ed1, ne1, n2, nn2)
     ok2, f2, e2 = edge_face(ed2, ne2, n1, nn1)
@@ -422,9 +429,9 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     # the two features: faces, or an edge of one geom and a face of the other
     fidx2 = jnp.where(edgecon1, id2[f1], id2[fj])
     fidx1 = jnp.where(edgecon2, id1[f2], id1[fi])
-    face1, nface1 = _by_type(t1, lambda: _box_face(g1, fidx1, pv), lambda: _mesh_face(g1, fidx1, pv),
+    face1, nface1 = _by_type(t1, lambda: _box_face(g1, fidx1, pv), None if g1.data is None else (lambda: _mesh_face(g1, fidx1, pv)),
                              lambda: _cyl_face(g1, fidx1, pv))
-    face2, nface2 = _by_type(t2, lambda: _box_face(g2, fidx2, pv), lambda: _mesh_face(g2, fidx2, pv),
+    face2, nface2 = _by_type(t2, lambda: _box_face(g2, fidx2, pv), None if g2.data is None else (lambda: _mesh_face(g2, fidx2, pv)),
                              lambda: _cyl_face(g2, fidx2, pv))
     # face against face: geom 2's face clipped by planes through geom 1's edges along its
     # normal (the polygon's order decides MuJoCo's quadrilateral); an edge: clipped by
