@@ -365,3 +365,30 @@ def test_merged_convex_groups_match_mujoco():
             np.testing.assert_allclose(o["frame"][0], r["frame"][0], atol=5 * tol)
     # merged: sphere-ellipsoid, ellipsoid-ellipsoid, ellipsoid-mesh, box-mesh, mesh-mesh
     assert {(2, 4), (4,), (4, 7), (6, 7), (7,)} <= kinds, sorted(kinds)
+
+
+_ORDER = """<mujoco><worldbody>
+  <geom type="plane" size="5 5 .1"/><geom type="box" size=".3 .3 .05" pos=".2 0 .05"/>
+  <geom type="sphere" size=".1" pos="-.3 0 .05"/>
+  <body pos="0 0 .14"><freejoint/>
+    <geom type="box" size=".1 .1 .05"/><geom type="capsule" size=".05 .2" pos="0 .1 0"
+      euler="0 90 0"/><geom type="sphere" size=".08" pos="-.25 0 0"/></body>
+  <body pos="0 .5 .1"><freejoint/><geom type="sphere" size=".1"/></body>
+  <body pos="0 .65 .1"><freejoint/><geom type="capsule" size=".05 .1"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("flag", ["", '<option><flag midphase="disable"/></option>'])
+def test_contact_order_is_mujocos(flag):
+    """Contacts in MuJoCo's order (which decides the order of constraint rows, and so the
+    Gauss-Seidel sweeps of PGS and noslip): body pairs by signature; within a pair of
+    single-geom bodies the one pair; with a multi-geom body MuJoCo's midphase sorts by geom
+    ids as stored (lower geom type first), without it geom by geom of the lower body."""
+    xml = _ORDER.replace("<worldbody>", flag + "<worldbody>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    assert d.ncon >= 8
+    out = _ours(jaxsim.load_string(xml, dtype=jnp.float64), d.qpos)
+    act = np.asarray(out.contact.active)
+    assert np.asarray(out.contact.geom)[act].tolist() == d.contact.geom[:d.ncon].tolist()

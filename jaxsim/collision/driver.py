@@ -190,11 +190,18 @@ def candidate_pairs(m: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ip = np.concatenate([np.arange(m.npair), -np.ones(len(a), np.int64)])
     sigs = np.concatenate([_np(m.pair_signature), sig])
     kind = np.concatenate([np.zeros(m.npair, np.int64), np.ones(len(a), np.int64)])
-    order = np.lexsort((g2, g1, np.maximum(ip, 0), kind, sigs))
-    g1, g2, ip = g1[order], g2[order], ip[order]
+    # within a body pair, MuJoCo's midphase (a body with several geoms, unless disabled)
+    # sorts its contacts by geom ids as stored (the lower geom type first); other body
+    # pairs go geom by geom of the lower body, then of the other
     swap = gtype[g1] > gtype[g2]
-    g1, g2 = np.where(swap, g2, g1), np.where(swap, g1, g2)
-    return g1, g2, ip
+    s1, s2 = np.where(swap, g2, g1), np.where(swap, g1, g2)
+    nge = _np(m.body_geomnum)
+    mid = ((nge[f.body[g1]] > 1) | (nge[f.body[g2]] > 1)) & (kind == 1)
+    if flags & DisableBit.MIDPHASE:
+        mid[:] = False
+    k1, k2 = np.where(mid, s1, g1), np.where(mid, s2, g2)
+    order = np.lexsort((k2, k1, np.maximum(ip, 0), kind, sigs))
+    return s1[order], s2[order], ip[order]
 
 
 def _check_supported(m: Model, g1, g2, table) -> None:
