@@ -16,6 +16,7 @@ when some are dropped. `state.maxuse_con` records the most contacts any step nee
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 import jax
@@ -229,15 +230,11 @@ def _merged_types(table, t1, t2) -> dict:
     """{(type1, type2): k} of the convex type pairs to merge, by contact count k."""
     from jaxsim.collision import convex
 
-    counts = {}
-    for a, b in zip(t1.tolist(), t2.tolist(), strict=True):
-        counts[(a, b)] = counts.get((a, b), 0) + 1
+    counts = Counter(zip(t1.tolist(), t2.tolist(), strict=True))
     cand = {t: table[t][1] for t, n in counts.items()
             if t in convex._CONVEX_PAIRS and t != (GeomType.CAPSULE, GeomType.MESH)
             and n <= MERGE_MAX}
-    per_k = {}
-    for k in cand.values():
-        per_k[k] = per_k.get(k, 0) + 1
+    per_k = Counter(cand.values())
     return {t: k for t, k in cand.items() if per_k[k] >= 2}
 
 
@@ -426,13 +423,15 @@ class _Slots(NamedTuple):
 _SPARSE_MIN = 16
 
 
-def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt, keep=None):
+def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt, keep=None,
+            types=()):
     """One vmapped narrow-phase call over a group; results as (p * k,) rows.
 
     For analytic colliders the callers pass margin + gap + TOUCH as `bound`; a contact is
     reported where dist <= margin, as MuJoCo (whose rounding of exact touches ours follows:
     the sensors that count contacts depend on it). With `keep` (pairs that pass the bounding
-    filters), the others are not evaluated and come back invalid with zero values.
+    filters), the others are not evaluated and come back invalid with zero values. `types`:
+    per-pair arrays passed to `fn` after the bound (the merged groups' geom types).
     """
     ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
     gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
@@ -441,54 +440,47 @@ def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt, kee
         res: Contacts = fn(*args)
         return res.dist, res.pos, jax.vmap(make_frame)(res.normal, res.tangent), res.valid
 
+    args = (ga, gb, bound) + tuple(types)
     if keep is None:
-        dist, pos, fr, valid = jax.vmap(one, in_axes=(0, None))((ga, gb, bound), ())
+        dist, pos, fr, valid = jax.vmap(one, in_axes=(0, None))(args, ())
     else:
-        dist, pos, fr, valid = loops.masked_map(one, keep, (ga, gb, bound))
+        dist, pos, fr, valid = loops.masked_map(one, keep, args)
     n = dist.shape[0] * k
     return (dist.reshape(n).astype(dt), pos.reshape(n, 3).astype(dt),
             fr.reshape(n, 3, 3).astype(dt), valid.reshape(n))
 
 
-def _narrow_merged(m: Model, d: State, grp: Group, bound, dt):
-    """A merged convex group (`MERGE_MAX`): one convex.convex call with the geom types per
-    pair (each side's type dispatch compiled for the types on that side); a side's geoms
-    carry MeshData rows when a mesh is among them (a primitive gets some mesh's row, which
-    its type never reads)."""
+def _merged_call(m: Model, d: State, grp: Group, bound, dt):
+    """A merged convex group (`MERGE_MAX`) through `_narrow`: one convex.convex call with
+    the geom types per pair (each side's type dispatch compiled for the types on that
+    side); a side's geoms carry MeshData rows when a mesh is among them (a primitive gets
+    some mesh's row, which its type never reads)."""
     from jaxsim.collision import ccd, convex
 
     gtype = _np(m.geom_type)
     ids = np.concatenate([grp.geom1, grp.geom2])
     mesh = gtype[ids] == GeomType.MESH
+    n = len(grp.geom1)
     data1 = data2 = None
     if mesh.any():
         dataid = _np(m.geom_dataid)[ids]
         rows = ccd.mesh_data(m, np.where(mesh, dataid, dataid[mesh][0]))
-        n = len(grp.geom1)
         if mesh[:n].any():
             data1 = jax.tree.map(lambda x: x[:n], rows)
         if mesh[n:].any():
             data2 = jax.tree.map(lambda x: x[n:], rows)
     opt = convex.CCDOptions.of(m.opt)
+    opts1, opts2 = (sorted(set(gtype[g].tolist())) for g in (grp.geom1, grp.geom2))
 
-    def types(g):  # a side's type: static if one, else traced among those present
-        opts = sorted(set(gtype[g].tolist()))
-        return opts[0] if len(opts) == 1 else ccd.TypeOf(jnp.asarray(gtype[g], jnp.int32), opts)
+    def typ(value, opts):  # static if one type, else traced among those present
+        return opts[0] if len(opts) == 1 else ccd.TypeOf(value, opts)
 
-    t1, t2 = types(grp.geom1), types(grp.geom2)
-    ga = Geom(d.geom_xpos[grp.geom1], d.geom_xmat[grp.geom1], m.geom_size[grp.geom1], data1)
-    gb = Geom(d.geom_xpos[grp.geom2], d.geom_xmat[grp.geom2], m.geom_size[grp.geom2], data2)
-    axis = lambda t: None if isinstance(t, int) else 0  # noqa: E731
+    def fn(g1, g2, bnd, a, b):
+        return convex.convex(typ(a, opts1), typ(b, opts2), g1, g2, bnd, opt, nslot=grp.k)
 
-    def one(a, b, g1, g2, bnd):
-        res: Contacts = convex.convex(a, b, g1, g2, bnd, opt, nslot=grp.k)
-        return res.dist, res.pos, jax.vmap(make_frame)(res.normal, res.tangent), res.valid
-
-    dist, pos, fr, valid = jax.vmap(one, in_axes=(axis(t1), axis(t2), 0, 0, 0))(
-        t1, t2, ga, gb, bound)
-    n = dist.shape[0] * grp.k
-    return (dist.reshape(n).astype(dt), pos.reshape(n, 3).astype(dt),
-            fr.reshape(n, 3, 3).astype(dt), valid.reshape(n))
+    types = (jnp.asarray(gtype[grp.geom1], jnp.int32), jnp.asarray(gtype[grp.geom2], jnp.int32))
+    return _narrow(m, d, fn, grp.k, grp.geom1, grp.geom2, data1, data2, bound, dt,
+                   types=types)
 
 
 def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | None:
@@ -503,7 +495,7 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | Non
     for grp in p.groups:
         idx = grp.pair
         if grp.merged:
-            out = _narrow_merged(m, d, grp, (margin + gap)[idx], dt)
+            out = _merged_call(m, d, grp, (margin + gap)[idx], dt)
         else:
             analytic = grp.types in _analytic()
             touch = TOUCH if analytic else 0.0

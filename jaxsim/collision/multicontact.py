@@ -166,14 +166,15 @@ def _mesh_face(g, idx, pv: int):
     return (pad_rows(pts, pv) if pv > pts.shape[0] else pts), n
 
 
-def _by_type(t, box_fn, mesh_fn, cyl_fn=None):
-    """Dispatch on a box/mesh/cylinder geom type (static, TypeOf or traced); mesh_fn None:
-    the geom carries no mesh data (so is not a mesh)."""
+def _by_type(t, g, box_fn, mesh_fn, cyl_fn=None):
+    """Dispatch on the box/mesh/cylinder geom type t of geom g (static, TypeOf or traced);
+    a geom without mesh data is not a mesh."""
     if isinstance(t, (int, np.integer)):
         return {BOX: box_fn, MESH: mesh_fn, CYLINDER: cyl_fn}[int(t)]()
     opts = type_options(t)
     fns = [(tt, f) for tt, f in ((BOX, box_fn), (MESH, mesh_fn), (CYLINDER, cyl_fn))
-           if f is not None and (opts is None or tt in opts)]
+           if f is not None and (opts is None or tt in opts)
+           and (tt != MESH or g.data is not None)]
     if len(fns) == 1:
         return fns[0][1]()
     tv = t.value if isinstance(t, TypeOf) else t
@@ -364,8 +365,7 @@ def _vertices(t, g, vi, pts, margin):
     def mesh():
         return jax.vmap(lambda i: mul(g.mat, g.data.vert[i]) + g.pos)(jnp.maximum(vi, 0))
 
-    return _by_type(t, box, None if g.data is None else mesh,
-                    lambda: _cyl_raw(g, pts, vi, margin))
+    return _by_type(t, g, box, mesh, lambda: _cyl_raw(g, pts, vi, margin))
 
 
 class _Multi(NamedTuple):
@@ -394,11 +394,11 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     dim1, vi1, v1 = _simplex_dim(vi1, _vertices(t1, g1, vi1, frec[:, 3:6], margin))
     dim2, vi2, v2 = _simplex_dim(vi2, _vertices(t2, g2, vi2, frec[:, 6:9], margin))
     dirn = x2 - x1
-    n1, id1, nn1 = _by_type(t1, lambda: _box_normals(g1, dim1, vi1, dirn * -1, nn),
-                            None if g1.data is None else (lambda: _mesh_normals(g1, dim1, vi1, nn)),
+    n1, id1, nn1 = _by_type(t1, g1, lambda: _box_normals(g1, dim1, vi1, dirn * -1, nn),
+                            lambda: _mesh_normals(g1, dim1, vi1, nn),
                             lambda: _cyl_normals(g1, dim1, vi1, nn))
-    n2, id2, nn2 = _by_type(t2, lambda: _box_normals(g2, dim2, vi2, dirn, nn),
-                            None if g2.data is None else (lambda: _mesh_normals(g2, dim2, vi2, nn)),
+    n2, id2, nn2 = _by_type(t2, g2, lambda: _box_normals(g2, dim2, vi2, dirn, nn),
+                            lambda: _mesh_normals(g2, dim2, vi2, nn),
                             lambda: _cyl_normals(g2, dim2, vi2, nn))
     ar = jnp.arange(nn)
     # aligned faces: of the pairs within mjFACE_TOL of opposite, the most nearly opposite
@@ -416,11 +416,11 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
         k2 = jnp.argmax(pe.ravel())
         return jnp.any(pe), k2 // nn, k2 % nn  # found, face index, edge index
 
-    ed1, end1, ne1 = _by_type(t1, lambda: _box_edges(g1, dim1, v1, vi1[0], nn),
-                              None if g1.data is None else (lambda: _mesh_edges(g1, dim1, v1, vi1[0], nn)),
+    ed1, end1, ne1 = _by_type(t1, g1, lambda: _box_edges(g1, dim1, v1, vi1[0], nn),
+                              lambda: _mesh_edges(g1, dim1, v1, vi1[0], nn),
                               lambda: _cyl_edges(g1, dim1, v1, vi1[0], nn))
-    ed2, end2, ne2 = _by_type(t2, lambda: _box_edges(g2, dim2, v2, vi2[0], nn),
-                              None if g2.data is None else (lambda: _mesh_edges(g2, dim2, v2, vi2[0], nn)),
+    ed2, end2, ne2 = _by_type(t2, g2, lambda: _box_edges(g2, dim2, v2, vi2[0], nn),
+                              lambda: _mesh_edges(g2, dim2, v2, vi2[0], nn),
                               lambda: _cyl_edges(g2, dim2, v2, vi2[0], nn))
     ok1, f1, e1 = edge_face(ed1, ne1, n2, nn2)
     ok2, f2, e2 = edge_face(ed2, ne2, n1, nn1)
@@ -429,9 +429,9 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     # the two features: faces, or an edge of one geom and a face of the other
     fidx2 = jnp.where(edgecon1, id2[f1], id2[fj])
     fidx1 = jnp.where(edgecon2, id1[f2], id1[fi])
-    face1, nface1 = _by_type(t1, lambda: _box_face(g1, fidx1, pv), None if g1.data is None else (lambda: _mesh_face(g1, fidx1, pv)),
+    face1, nface1 = _by_type(t1, g1, lambda: _box_face(g1, fidx1, pv), lambda: _mesh_face(g1, fidx1, pv),
                              lambda: _cyl_face(g1, fidx1, pv))
-    face2, nface2 = _by_type(t2, lambda: _box_face(g2, fidx2, pv), None if g2.data is None else (lambda: _mesh_face(g2, fidx2, pv)),
+    face2, nface2 = _by_type(t2, g2, lambda: _box_face(g2, fidx2, pv), lambda: _mesh_face(g2, fidx2, pv),
                              lambda: _cyl_face(g2, fidx2, pv))
     # face against face: geom 2's face clipped by planes through geom 1's edges along its
     # normal (the polygon's order decides MuJoCo's quadrilateral); an edge: clipped by
