@@ -106,7 +106,7 @@ def fixed_row_objects(p: Plan) -> tuple[np.ndarray, np.ndarray]:
     """(nfixed,) type and object id of each non-contact row, in MuJoCo's order."""
     types = np.zeros(p.nfixed, np.int64)
     ids = np.zeros(p.nfixed, np.int64)
-    for name, k, _ in _ROW_KINDS:
+    for name, _k, _ in _ROW_KINDS:
         obj = np.asarray(getattr(p, name), np.int64)
         if len(obj):
             pos = row_positions(p, name)
@@ -135,20 +135,17 @@ def _max_condim(m: Model) -> int:
 
 
 def _slot_condim(m: Model, ncon: int) -> np.ndarray:
-    """The largest condim each contact slot can hold (static): its pair's, the largest of a
-    run-time sweep group's geoms, or the model's largest when a cap reorders the slots."""
+    """The largest condim each contact slot can hold (static): its pair's, or the model's
+    largest when a cap or run-time sweep groups (sorted into MuJoCo's order) reorder the
+    slots."""
     from jaxsim.collision import driver
 
     p = driver.plan(m)
-    if ncon != p.ncon or p.ncon != p.ncand:
+    if ncon != p.ncon or p.ncon != p.ncand or p.sweeps:
         return np.full(ncon, _max_condim(m), np.int64)
     dims = np.zeros(ncon, np.int64)
     for g in p.groups:
         dims[g.slot] = np.asarray(p.condim)[g.pair][:, None]
-    start = sum(g.slot.size for g in p.groups)
-    for sw in p.sweeps:
-        dims[start:start + sw.cap2 * sw.k] = int(_np(m.geom_condim)[sw.geoms].max())
-        start += sw.cap2 * sw.k
     return dims
 
 
@@ -730,7 +727,6 @@ def make_constraint(m: Model, d: State) -> Efc:
         return _empty_efc(m, d, p)
     refsafe = not m.opt.disableflags & DisableBit.REFSAFE
     ts = m.opt.timestep
-    nv = m.nv
 
     fx = _fixed_rows(m, d, p)
     if fx is not None and sleep.enabled(m):

@@ -179,10 +179,16 @@ def _pile_xml(n, seed=0, box=False):
 
 
 def test_sweep_finds_the_same_pairs_as_mujoco(monkeypatch):
+    """... and puts their contacts in MuJoCo's order, after those of enumerated pairs
+    (which decides the order of constraint rows, and so the Gauss-Seidel sweeps of PGS and
+    noslip), including those of a two-sphere body on top whose contacts MuJoCo's midphase
+    sorts."""
     n = 72  # 2556 sphere-sphere candidate pairs: found at run time below this threshold
     monkeypatch.setattr(driver, "SWEEP_MIN", 2000)
     monkeypatch.setattr(driver, "_PLANS", {})
-    xml = _pile_xml(n)
+    xml = _pile_xml(n).replace("</worldbody>", '<body pos=".19 .19 .62"><freejoint/>'
+                               '<geom size=".1" pos=".1 0 0"/><geom size=".1" pos="-.1 0 0"/>'
+                               '</body></worldbody>')
     model = jaxsim.load_string(xml, dtype=jnp.float64)
     p = driver.plan(model)
     assert p.sweeps and p.sweeps[0].types == (2, 2)
@@ -193,6 +199,10 @@ def test_sweep_finds_the_same_pairs_as_mujoco(monkeypatch):
     st = _ours(model, d.qpos)
     assert not bool(st.overflow)
     assert_contacts_match(m, d, st)
+    act = np.asarray(st.contact.active)
+    two = {m.ngeom - 2, m.ngeom - 1}
+    assert sum(bool(two & set(g)) for g in d.contact.geom[:d.ncon].tolist()) >= 4
+    assert np.asarray(st.contact.geom)[act].tolist() == d.contact.geom[:d.ncon].tolist()
 
 
 def test_vmap_and_gradients_are_finite():

@@ -307,8 +307,8 @@ _RK4_CONTACT = """<mujoco><option integrator="RK4" timestep="0.005"/><worldbody>
 
 def test_rk4_in_one_scanned_pass_equals_forward_then_stages():
     """Sensor-less RK4 models step with the forward pass as the first of four scanned
-    stages (one compiled forward): bit for bit the result of forward then the three
-    stages, contacts and a bad-qacc reset included."""
+    stages (one compiled forward): the result of forward then the three stages up to
+    rounding (two programs, fused differently), contacts and a bad-qacc reset included."""
     fwd = importlib.import_module("jaxsim.forward")
     model = jaxsim.load_string(_RK4_CONTACT.replace('joint="0"', 'joint="j"').replace(
         '<joint axis', '<joint name="j" axis'), dtype=jnp.float64)
@@ -327,5 +327,5 @@ def test_rk4_in_one_scanned_pass_equals_forward_then_stages():
         ref = jax.jit(two_passes)(model, s)
         for a, b in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(ref),
                         strict=True):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13, atol=1e-15)
     assert int(_step(model, bad).warning[Warning.BADQACC]) == 1

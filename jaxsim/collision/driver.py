@@ -576,7 +576,35 @@ def collision(m: Model, d: State, nconmax: int | None = None) -> State:
         over = over | o
     parts = [x for x in parts if x is not None]
     s = _Slots(*(jnp.concatenate([jnp.asarray(x) for x in xs]) for xs in zip(*parts, strict=True)))
+    if p.sweeps:
+        s = _mujoco_order(m, p, s)
     return _finish(m, d.replace(overflow=d.overflow | over), s, p.ncon, dt)
+
+
+def _mujoco_order(m: Model, p: Plan, s: _Slots) -> _Slots:
+    """The slots in MuJoCo's contact order when run-time sweep groups (whose pairs come
+    after the enumerated ones) are present: by body pair, explicit <pair>s first (by pair
+    index), then by geom as `candidate_pairs` orders them; a pair's own contacts keep
+    their order and empty slots go last. The order matters beyond bookkeeping: noslip's
+    Gauss-Seidel sweeps the contacts in it."""
+    body = jnp.asarray(p.filt.body, jnp.int32)
+    g1, g2 = jnp.asarray(s.geom1, jnp.int32), jnp.asarray(s.geom2, jnp.int32)
+    b1, b2 = body[g1], body[g2]
+    # geoms as stored (lower type first) where MuJoCo's midphase sorts a body pair's
+    # contacts, else the lower body's geom first
+    nge = jnp.asarray(_np(m.body_geomnum))
+    mid = (nge[b1] > 1) | (nge[b2] > 1)
+    if m.opt.disableflags & DisableBit.MIDPHASE:
+        mid = jnp.zeros_like(mid)
+    first = mid | (b1 <= b2)
+    k1, k2 = jnp.where(first, g1, g2), jnp.where(first, g2, g1)
+    ip = jnp.asarray(s.ipair, jnp.int32)
+    # jnp.lexsort: the last key is the primary one
+    keys = (jnp.arange(g1.shape[0], dtype=jnp.int32), k2, k1, jnp.maximum(ip, 0),
+            (ip < 0).astype(jnp.int32), jnp.maximum(b1, b2), jnp.minimum(b1, b2),
+            (~jnp.asarray(s.valid)).astype(jnp.int32))
+    order = jnp.lexsort(keys)
+    return _Slots(*(jnp.asarray(x)[order] for x in s))
 
 
 def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt, boxes):
