@@ -7,7 +7,7 @@ from jaxsim.inverse import inverse
 from jaxsim.mjcf.compile import load, load_string
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.raycast import ray
-from jaxsim.rollout import rollout, rollout_batch
+from jaxsim.rollout import compiler_options, rollout, rollout_batch
 from jaxsim.state import make_state
 from jaxsim.types import (
     BiasType,
@@ -61,7 +61,8 @@ def set_const(model):
 __all__ = [
     "BiasType", "Cone", "Contact", "DisableBit", "DynType", "EnableBit", "GainType", "GeomType",
     "Integrator", "JointType", "MJCFError", "Model", "ObjType", "Option", "SensorType", "Solver",
-    "State", "TrnType", "forward", "inverse", "load", "load_string", "make_state", "rollout", "rollout_batch", "set_const", "step", "step1", "step2",
+    "State", "TrnType", "compiler_options", "forward", "inverse", "load", "load_string",
+    "make_state", "rollout", "rollout_batch", "set_const", "step", "step1", "step2",
     # state utilities (jaxsim.util)
     "StateBit", "contact_force", "differentiate_pos", "get_state", "integrate_pos", "jac",
     "jac_body", "jac_body_com", "jac_dot", "jac_geom", "jac_point_axis", "jac_site",

@@ -126,6 +126,21 @@ def _needs_pad(tree: Any, n: int) -> bool:
     return any(x.shape[0] != n for x in jax.tree.leaves(tree))
 
 
+def compiler_options(devices: Sequence[jax.Device] | None = None) -> dict:
+    """XLA options jaxsim compiles its own programs with (`rollout_batch`, the simulate
+    command), for `jax.jit(..., compiler_options=...)` around a simulation of your own.
+
+    On CPU: XLA:CPU's classic fusion emitters. A simulation step is about a thousand small
+    fusions, which the newer MLIR emitters take longer to compile (gymnasium ant, vmapped
+    100-step rollout: 24.8 -> 19.5 s; humanoid 37 -> 28 s) for the same run time and the
+    same results. Nothing elsewhere.
+    """
+    devices = jax.devices() if devices is None else devices
+    if devices and all(dev.platform == "cpu" for dev in devices):
+        return {"xla_cpu_use_fusion_emitters": False}
+    return {}
+
+
 @functools.lru_cache(maxsize=64)
 def _batched(treedef, axes: tuple, fields: Any, length: int | None, devices: tuple):
     """One jitted, vmapped, sharded rollout per (model structure, axes, fields, devices)."""
@@ -141,7 +156,7 @@ def _batched(treedef, axes: tuple, fields: Any, length: int | None, devices: tup
 
     fn = jax.vmap(one, in_axes=(model_in_axes, 0, 0 if has_ctrl else None))
     jitted = jax.jit(fn, in_shardings=(model_sharding, worlds, worlds if has_ctrl else None),
-                     out_shardings=worlds)
+                     out_shardings=worlds, compiler_options=compiler_options(devices))
     return jitted, model_sharding, worlds
 
 
