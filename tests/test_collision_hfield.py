@@ -246,8 +246,9 @@ NORMAL_TOL = {2: 1e-5, 3: 1e-4, 4: 2e-2, 5: 2e-2, 6: 1e-4, 7: 1e-4}
 def _compare(t, out, refs, items, discrete=None, pos_tol=2e-3):
     """Slot-by-slot comparison; returns the number of contacts compared.
 
-    `discrete`: how box and mesh contacts at zero margin were computed ("emulate": with
-    MuJoCo's CCD, "exact": exactly, deeper than MuJoCo's early-stopped depth)."""
+    `discrete`: how contacts at zero margin were computed ("emulate": with MuJoCo's CCD;
+    "exact": exactly, box and mesh deeper than MuJoCo's early-stopped depth; None: the
+    ellipsoid and cylinder exactly, box and mesh emulated)."""
     n_exact = n_close = n_discrete = n_discrete_match = 0
     for i, ref in enumerate(refs):
         imodel, _, kind, _ = items[i]
@@ -262,10 +263,16 @@ def _compare(t, out, refs, items, discrete=None, pos_tol=2e-3):
             dist, pos, nrm = out.dist[i, k], out.pos[i, k], out.normal[i, k]
             where = f"{label} slot {k}: {dist} vs MuJoCo {r['dist']}"
             assert abs(np.linalg.norm(nrm) - 1) < 1e-9, where
-            if t in (6, 7) and imodel == 0:  # MuJoCo's discrete mode
+            # zero margin: MuJoCo's discrete mode (box, mesh), its EPA (emulated for the
+            # ellipsoid and cylinder too)
+            if imodel == 0 and (t in (6, 7) or (t in (4, 5) and discrete == "emulate")):
                 n_discrete += 1
                 if discrete == "exact":
                     assert dist <= r["dist"] + 1e-6, where
+                elif t == 5 and np.abs(nrm - r["normal"]).max() >= 1e-5:
+                    # a few cylinder contacts: the same depth, another normal (MuJoCo 4.0's
+                    # cylinder differs in a detail we do not know)
+                    assert dist < 0 and abs(dist - r["dist"]) <= 1e-4, where
                 elif abs(dist - r["dist"]) <= 1e-6:
                     n_discrete_match += 1
                     assert np.abs(nrm - r["normal"]).max() < 1e-5, where
@@ -290,16 +297,29 @@ def _compare(t, out, refs, items, discrete=None, pos_tol=2e-3):
                     f"{where}: pos {pos} vs {r['pos']}")
     assert n_exact >= EXACT_SHARE[t] * n_close, (n_exact, n_close)
     if n_discrete and discrete == "emulate":
-        assert n_discrete_match >= 0.8 * n_discrete, (n_discrete_match, n_discrete)
+        share = 0.9 if t in (4, 5) else 0.8
+        assert n_discrete_match >= share * n_discrete, (n_discrete_match, n_discrete)
     return n_close + n_discrete
 
 
 @pytest.mark.parametrize("t", [2, 3, 4, 5], ids=["sphere", "capsule", "ellipsoid", "cylinder"])
-def test_smooth_geoms(t):
+def test_smooth_geoms(t, monkeypatch):
+    """Exact contacts (without MATCH_DISCRETE for the ellipsoid and cylinder)."""
     poses = Poses(t, seed=t)
     poses.standard()
-    out, refs = poses.run()
+    out, refs = poses.run(monkeypatch, match_discrete=False)
     assert _compare(t, out, refs, poses.items) > 150
+
+
+@pytest.mark.parametrize("t", [4, 5], ids=["ellipsoid", "cylinder"])
+def test_smooth_geoms_ccd(t, monkeypatch):
+    """MATCH_DISCRETE: zero-margin ellipsoid and cylinder contacts as MuJoCo's EPA, which
+    stops within its tolerance (normals up to 1e-3 from the exact ones: see
+    test_smooth_geoms)."""
+    poses = Poses(t, seed=20 + t)
+    poses.standard(n_random=10)
+    out, refs = poses.run(monkeypatch, match_discrete=True)
+    _compare(t, out, refs, poses.items, discrete="emulate")
 
 
 @pytest.mark.parametrize("t", [6, 7], ids=["box", "mesh"])

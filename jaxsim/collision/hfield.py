@@ -32,7 +32,8 @@ changes F only to second order, so the root finding needs no extreme accuracy.
 Where MuJoCo differs from the exact answer: its EPA stops within its tolerance, which for
 ellipsoids and cylinders, and deep penetrations, can leave the depth short by 1e-5 or more
 (and normals off by 1e-3); and for boxes and meshes at zero margin it runs in a "discrete"
-mode that stops early on prisms (see MATCH_DISCRETE).
+mode that stops early on prisms. At zero margin both are reproduced by running MuJoCo's
+CCD itself on the prisms found (see MATCH_DISCRETE); with a margin the answer is exact.
 
 Shapes are static: the grid of each height field is padded to the largest one. Each pair
 scans its covered cells in a `while_loop`, B cells per step (B from the largest bounding
@@ -69,8 +70,10 @@ def _tiny(dt, power=1.0):
 # At zero margin MuJoCo collides a box or a mesh with a prism in its "discrete" mode, in
 # which EPA stops as soon as a support point repeats the vertex ids of an earlier one; the
 # prism's support reports no vertex id, so EPA often stops early and underestimates the
-# depth (and tilts the normal). True reproduces this with convex.penetration (MuJoCo's CCD
-# step by step; costs compile time); False gives the exact distance in that case too.
+# depth (and tilts the normal). An ellipsoid's or a cylinder's EPA stops within its
+# tolerance, its normal off by up to ~1e-3 from the exact one, which moves the contact
+# forces as much. True reproduces both with convex.penetration (MuJoCo's CCD step by step;
+# costs compile time); False gives the exact distance in those cases too.
 MATCH_DISCRETE = True
 CHUNK = 16  # most cells examined per step of a pair's scan
 CCD_ITERATIONS = 35  # MuJoCo's default ccd_iterations and ccd_tolerance
@@ -668,9 +671,9 @@ def _evaluate(t: int, v, g: _G, data, n):
 
 
 def _discrete(t: int, v, g: _G, data):
-    """MuJoCo's native CCD of the prism v and a box or mesh at zero margin (stopped inputs):
-    (dist, unit normal, position), dist >= 0 without contact."""
-    from jaxsim.collision import convex
+    """MuJoCo's native CCD of the prism v and a box, mesh, ellipsoid or cylinder at zero
+    margin (stopped inputs): (dist, unit normal, position), dist >= 0 without contact."""
+    from jaxsim.collision import ccd, convex
 
     def sup_prism(d):
         vals = v @ d
@@ -679,6 +682,9 @@ def _discrete(t: int, v, g: _G, data):
         return v[jnp.where(low, 0, 3) + j], -1
 
     def sup_geom(d):
+        if t in (ELLIPSOID, CYLINDER):
+            p, _, _ = ccd.support(t, Geom(g.pos, g.mat, g.size), d, jnp.int32(-1), False)
+            return p, -1
         lm = g.mat.T @ d
         if t == BOX:
             up = lm >= 0
@@ -691,7 +697,7 @@ def _discrete(t: int, v, g: _G, data):
     center = jnp.sum(v, 0) * (1.0 / 6.0)
     dist, x1, x2, found = convex.penetration(
         sup_prism, sup_geom, center, g.pos, 0.0, 0.0, iterations=CCD_ITERATIONS,
-        tolerance=CCD_TOLERANCE, discrete1=True, discrete2=True)
+        tolerance=CCD_TOLERANCE, discrete1=True, discrete2=t in (BOX, MESH))
     dist = jnp.where(found & jnp.isfinite(dist), dist, 1.0)
     return dist, _unit(x1 - x2), 0.5 * (x1 + x2)
 
@@ -755,7 +761,7 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
     rmax = jnp.minimum(nrow - 1, jnp.ceil(index(hi[1] + ms + s1, s1, nrow)).astype(jnp.int32))
     ncols = jnp.maximum(cmax - cmin, 0)
     ncells = jnp.where(keep, jnp.maximum(rmax - rmin, 0) * ncols, 0)
-    discrete = t in (BOX, MESH) and MATCH_DISCRETE
+    discrete = t in (BOX, MESH, ELLIPSOID, CYLINDER) and MATCH_DISCRETE
     zero = ms == 0
 
     def chunk(j):
