@@ -169,6 +169,19 @@ def _auto_ok(f: _Filter, a, b, xp=np):
     return ok
 
 
+def _geom_keys(m: Model, body, g1, g2, xp=np):
+    """Sort keys of geom pairs within a body pair, from the geoms as stored (the lower type
+    first): those as stored where MuJoCo's midphase sorts the pair's contacts (a body with
+    several geoms, unless disabled), else the lower body's geom first."""
+    b1, b2 = body[g1], body[g2]
+    nge = xp.asarray(_np(m.body_geomnum))
+    mid = (nge[b1] > 1) | (nge[b2] > 1)
+    if m.opt.disableflags & DisableBit.MIDPHASE:
+        mid = xp.zeros_like(mid)
+    first = mid | (b1 <= b2)
+    return xp.where(first, g1, g2), xp.where(first, g2, g1)
+
+
 def candidate_pairs(m: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Geom pairs (g1, g2, ipair) passing MuJoCo's static filters, in MuJoCo's order.
 
@@ -191,16 +204,10 @@ def candidate_pairs(m: Model) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ip = np.concatenate([np.arange(m.npair), -np.ones(len(a), np.int64)])
     sigs = np.concatenate([_np(m.pair_signature), sig])
     kind = np.concatenate([np.zeros(m.npair, np.int64), np.ones(len(a), np.int64)])
-    # within a body pair, MuJoCo's midphase (a body with several geoms, unless disabled)
-    # sorts its contacts by geom ids as stored (the lower geom type first); other body
-    # pairs go geom by geom of the lower body, then of the other
     swap = gtype[g1] > gtype[g2]
     s1, s2 = np.where(swap, g2, g1), np.where(swap, g1, g2)
-    nge = _np(m.body_geomnum)
-    mid = ((nge[f.body[g1]] > 1) | (nge[f.body[g2]] > 1)) & (kind == 1)
-    if flags & DisableBit.MIDPHASE:
-        mid[:] = False
-    k1, k2 = np.where(mid, s1, g1), np.where(mid, s2, g2)
+    # (an explicit pair is alone with its index: its geom keys do not matter)
+    k1, k2 = _geom_keys(m, f.body, s1, s2)
     order = np.lexsort((k2, k1, np.maximum(ip, 0), kind, sigs))
     return s1[order], s2[order], ip[order]
 
@@ -590,14 +597,7 @@ def _mujoco_order(m: Model, p: Plan, s: _Slots) -> _Slots:
     body = jnp.asarray(p.filt.body, jnp.int32)
     g1, g2 = jnp.asarray(s.geom1, jnp.int32), jnp.asarray(s.geom2, jnp.int32)
     b1, b2 = body[g1], body[g2]
-    # geoms as stored (lower type first) where MuJoCo's midphase sorts a body pair's
-    # contacts, else the lower body's geom first
-    nge = jnp.asarray(_np(m.body_geomnum))
-    mid = (nge[b1] > 1) | (nge[b2] > 1)
-    if m.opt.disableflags & DisableBit.MIDPHASE:
-        mid = jnp.zeros_like(mid)
-    first = mid | (b1 <= b2)
-    k1, k2 = jnp.where(first, g1, g2), jnp.where(first, g2, g1)
+    k1, k2 = _geom_keys(m, body, g1, g2, jnp)
     ip = jnp.asarray(s.ipair, jnp.int32)
     # jnp.lexsort: the last key is the primary one
     keys = (jnp.arange(g1.shape[0], dtype=jnp.int32), k2, k1, jnp.maximum(ip, 0),
