@@ -546,3 +546,44 @@ def test_capsule_across_a_mesh_edge():
     assert sum(len(r) == 2 for r in refs) >= 12
     for i, (o, ref) in enumerate(zip(_ours_at_poses(xml, qs), refs, strict=True)):
         assert _same_contacts(o, ref, 1e-9), (i, o, ref)
+
+
+@pytest.mark.parametrize("option", ["", "margin", "multiccd off"])
+def test_capsule_lying_on_a_cylinder_cap(option):
+    """A capsule lying across a (tilted) cylinder's cap, turned about the cap normal, shifted
+    and tilted by up to a few degrees: MuJoCo 4.0 clips the capsule's axis by the cap's 16-gon
+    and keeps the clipped points below the face, which gives two contacts, one, or two
+    equal ones (an end cut by the rim, the other end above the face); without multiCCD the
+    single EPA contact."""
+    flag = '<option><flag multiccd="disable"/></option>' if option == "multiccd off" else ""
+    margin = 'margin=".01"' if option == "margin" else ""
+    xml = (f"<mujoco>{flag}<worldbody><geom type='cylinder' size='.1 .05' euler='20 30 0' "
+           f"{margin}/><body><freejoint/><geom type='capsule' size='.4 .3'/></body>"
+           "</worldbody></mujoco>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    R = d.geom_xmat[0].reshape(3, 3)
+    rng = np.random.default_rng(3)
+    qs, refs = [], []
+    for i in range(24):
+        tilt = rng.normal(size=3) * (3e-2 if i % 2 == 0 else 1e-3)
+        q = np.zeros(7)
+        lq, cq = np.zeros(4), np.zeros(4)
+        mujoco.mju_euler2Quat(lq, np.array([0, np.pi / 2, rng.uniform(0, np.pi)]) + tilt, "zyx")
+        mujoco.mju_mat2Quat(cq, R.ravel())
+        mujoco.mju_mulQuat(q[3:], cq, lq)
+        q[:3] = R @ [rng.uniform(-.08, .08), rng.uniform(-.08, .08), .45 - rng.uniform(-2e-3, 3e-3)]
+        d.qpos[:] = q
+        mujoco.mj_forward(m, d)
+        qs.append(q)
+        refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
+    counts = [len(r) for r in refs]
+    if option == "multiccd off":
+        assert set(counts) == {0, 1}, counts
+    else:
+        equal = sum(len(r) == 2 and np.allclose(r[0][1], r[1][1]) for r in refs)
+        assert counts.count(2) - equal >= 8 and (equal >= 2 or option), (counts, equal)
+    for i, (o, ref) in enumerate(zip(_ours_at_poses(xml, qs), refs, strict=True)):
+        # single contacts from EPA on the capsule (smooth shapes): see the module docstring
+        assert _same_contacts(o, ref, 1e-3 if len(ref) == 1 else 1e-6), (i, o, ref)

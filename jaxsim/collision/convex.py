@@ -33,19 +33,23 @@ where it departs from the 3.x sources it was checked against (found by running i
   outward normal, like mesh faces); a cylinder feature also offers one edge, the side line
   from its first point towards the other cap (length 2 * half-height).
 
-- a capsule lying along a mesh face gets two contacts (`_capsule_face`): its axis ends
-  offset towards the mesh by radius times the part of the contact normal perpendicular to
-  the axis, clipped by the edges of the polygon at EPA's feature that the axis is parallel
-  to (|n.u| < mjEDGE_TOL; the most nearly opposite the normal), also when the capsule lies
-  across an edge (the normal then tilted from the face's), for static geom types (the
-  driver's groups).
+- a capsule lying along a mesh face or a cylinder cap gets up to two contacts
+  (`_capsule_face`): its axis ends offset towards the other geom by radius times the part
+  of the contact normal perpendicular to the axis, clipped by the edges of the polygon at
+  EPA's feature that the axis is parallel to (|n.u| < mjEDGE_TOL; the most nearly opposite
+  the normal; a cap is the 16-gon below), also when the capsule lies across an edge (the
+  normal then tilted from the face's); the clipped points above the face are dropped, and
+  an end cut by an edge counts twice (two equal contacts when it is alone below the face),
+  as in MuJoCo's polygon clipping; for static geom types (the driver's groups).
 
 Not reproduced from MuJoCo 4.0 (the single EPA contact is returned instead): the same
-clipping of capsules against cylinder caps and, in one compiled function for traced geom
-types, against meshes; its face/edge contacts of plane-mesh (MuJoCo 3's deepest vertex
-plus two graph neighbours are kept) and libccd (NATIVECCD disabled). Against a cylinder cap
-(a regular 16-gon: many quadrilaterals tie in area, and rounding decides) the four contacts
-can differ from MuJoCo's (corpus boxbox_bad1: deepest contact within 1e-4).
+clipping of capsules in one compiled function for traced geom types; its face/edge
+contacts of plane-mesh (MuJoCo 3's deepest vertex plus two graph neighbours are kept) and
+libccd (NATIVECCD disabled). A deep, tilted capsule on a mesh face: MuJoCo's EPA normal
+keeps a small error that ours does not (its contacts sit up to 1e-4 aside, distances 4e-6
+apart). Against a cylinder cap (a regular 16-gon: many quadrilaterals tie in area, and
+rounding decides) the four contacts of a flat face can differ from MuJoCo's (corpus
+boxbox_bad1: deepest contact within 1e-4).
 
 Structure: `jaxsim.collision.ccd` holds the support functions per geom type, GJK, EPA and
 `ccd` (mjc_ccd); `jaxsim.collision.multicontact` the flat-feature contacts (`multicontact`,
@@ -95,7 +99,14 @@ from jaxsim.collision.ccd import (
     support,
 )
 from jaxsim.collision.common import Contacts, Geom
-from jaxsim.collision.multicontact import _mesh_normals, _simplex_dim, multicontact, pad_rows
+from jaxsim.collision.multicontact import (
+    _cyl_face,
+    _cyl_normals,
+    _mesh_normals,
+    _simplex_dim,
+    multicontact,
+    pad_rows,
+)
 from jaxsim.types import DisableBit
 
 # ------------------------------------------------------------------------------ mjc_Convex
@@ -185,12 +196,12 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None,
     z = jnp.zeros((nslot, 3), dt)
     base = Contacts(pad_rows(dist[None], nslot), pad_rows(pos[None], nslot),
                     pad_rows(normal[None], nslot), z, pad_rows(valid[None], nslot))
-    if nslot > 1 and static and t1 == CAPSULE and t2 == MESH:
-        cap = _capsule_face(g1, g2, lax.stop_gradient(normal), c.face, margin)
+    if nslot > 1 and static and t1 == CAPSULE and t2 in (MESH, CYLINDER):
+        cap = _capsule_face(g1, t2, g2, lax.stop_gradient(normal), c.face, margin)
         use = valid & cap.applied
         two = Contacts(pad_rows(cap.dist, nslot), pad_rows(cap.pos, nslot),
                        pad_rows(jnp.broadcast_to(cap.normal, (2, 3)), nslot), z,
-                       jnp.arange(nslot) < 2)
+                       jnp.arange(nslot) < cap.count)
         return jax.tree.map(lambda a, b: jnp.where(jnp.reshape(use, (1,) * a.ndim), a, b),
                             two, base)
     multi_types = opt.multiccd & is_type(t1, BOX, MESH, CYLINDER) & is_type(t2, BOX, MESH, CYLINDER)
@@ -209,27 +220,36 @@ def convex(t1, t2, g1: Geom, g2: Geom, margin, opt: CCDOptions | None = None,
 
 class _CapsuleFace(NamedTuple):
     applied: jax.Array
+    count: jax.Array  # 1 or 2 contacts
     dist: jax.Array  # (2,)
     pos: jax.Array  # (2, 3)
     normal: jax.Array  # (3,) from the capsule to the mesh
 
 
-def _capsule_face(g1: Geom, g2: Geom, normal, face, margin) -> _CapsuleFace:
-    """MuJoCo 4.0's two contacts of a capsule lying along a mesh face (measured against the
-    binary). The capsule offers an edge: its axis ends offset towards the mesh by
-    (radius + margin / 2) times the part of the contact normal perpendicular to the axis u.
-    Of the mesh polygons at EPA's feature (`face`), those whose outward normal n has
-    |n.u| < EDGE_TOL are candidates and the one most nearly opposite the contact normal is
-    taken (so also a face beside an edge the capsule lies across); the edge is clipped by the
-    polygon's edges and, when both clipped ends lie within the margin of the face plane,
-    they are the contacts (distance to the plane, position halfway to the face inflated by
-    margin / 2); else the single contact stands."""
-    D = g2.data
+def _capsule_face(g1: Geom, t2: int, g2: Geom, normal, face, margin) -> _CapsuleFace:
+    """MuJoCo 4.0's two contacts of a capsule lying along a mesh face or a cylinder cap
+    (measured against the binary). The capsule offers an edge: its axis ends offset towards
+    the other geom by (radius + margin / 2) times the part of the contact normal
+    perpendicular to the axis u. Of the faces at EPA's feature (`face`): the mesh polygons
+    through its vertices, or the cap its points lie on (a 16-gon, as `multicontact` clips
+    it), those whose outward normal n has |n.u| < EDGE_TOL are candidates and the one most
+    nearly opposite the contact normal is taken (so also a face beside an edge the capsule
+    lies across). The edge is clipped by the polygon's edges as MuJoCo's polygon clipping
+    does it (the two-point polygon P, Q: an end cut by an edge comes out twice), then the
+    points above the face (inflated by margin / 2) are dropped: none left, EPA's contact
+    stands; more than two, the two ends; else the one or two points left (an end cut by an
+    edge, alone below the face, gives two equal contacts). Each contact: the distance to
+    the face plane, the position halfway to the inflated face, the face's normal."""
     sg = lax.stop_gradient
-    nn = max(3, D.vert_poly.shape[1])
     vi = sg(face)[:, 10].astype(I32)
     dim, vi, _ = _simplex_dim(vi, jnp.zeros((3, 3), g1.pos.dtype))
-    cand_n, cand_id, ncand = _mesh_normals(g2, dim, vi, nn)
+    if t2 == MESH:
+        D = g2.data
+        nn = max(3, D.vert_poly.shape[1])
+        cand_n, cand_id, ncand = _mesh_normals(g2, dim, vi, nn)
+    else:
+        nn = 3
+        cand_n, cand_id, ncand = _cyl_normals(g2, dim, vi, nn)
     u = g1.mat[:, 2]
     r, h = g1.size[0], g1.size[1]
     ok_c = (jnp.arange(nn) < ncand) & (jnp.abs(sg(cand_n) @ sg(u)) < EDGE_TOL)
@@ -241,13 +261,20 @@ def _capsule_face(g1: Geom, g2: Geom, normal, face, margin) -> _CapsuleFace:
     half = 0.5 * margin  # MuJoCo inflates both objects by half the pair's margin
     off = (ne - u * dot(ne, u)) * (r + half)
     ends = jnp.stack([g1.pos - u * h - off, g1.pos + u * h - off])
+    # the polygon, counter-clockwise about its outward normal
+    if t2 == MESH:
+        ids = D.poly_vert[pid]
+        nv = D.poly_nvert[pid]
+        F = jax.vmap(lambda i: mul(g2.mat, D.vert[i]) + g2.pos)(jnp.maximum(ids, 0))
+        has_faces = D.npoly > 0
+    else:
+        F, nv = _cyl_face(g2, pid, 16)
+        F = F[::-1]  # cylinderFace is clockwise
+        has_faces = True
     # clip the segment by the planes through the polygon's edges, perpendicular to it
-    ids = D.poly_vert[pid]
-    nv = D.poly_nvert[pid]
-    k = jnp.arange(ids.shape[0])
-    F = jax.vmap(lambda i: mul(g2.mat, D.vert[i]) + g2.pos)(jnp.maximum(ids, 0))
+    k = jnp.arange(F.shape[0])
     Fn = F[jnp.where(k + 1 < nv, k + 1, 0)]
-    inward = jax.vmap(lambda a, b: cross(n, b - a))(F, Fn)  # counter-clockwise polygons
+    inward = jax.vmap(lambda a, b: cross(n, b - a))(F, Fn)
     s0 = jnp.sum((ends[0] - F) * inward, -1)
     s1 = jnp.sum((ends[1] - F) * inward, -1)
     edge = k < nv
@@ -259,11 +286,18 @@ def _capsule_face(g1: Geom, g2: Geom, normal, face, margin) -> _CapsuleFace:
     empty = jnp.any(edge & out0 & out1) | (sg(t1) <= sg(t0))
     q = jnp.stack([ends[0] + (ends[1] - ends[0]) * t0, ends[0] + (ends[1] - ends[0]) * t1])
     gap = (q - F[0]) @ n - half  # from the inflated face
+    below = sg(gap) <= 0
+    cut = jnp.stack([jnp.any(edge & out0 & ~out1), jnp.any(edge & out1 & ~out0)])
+    mult = jnp.where(below, jnp.where(cut, 2, 1), 0)
+    both = jnp.all(below)
+    one = jnp.where(below[0], 0, 1)  # the end left when only one is below
+    count = jnp.where(both, 2, mult[one])
+    q = jnp.where(both, q, q[jnp.stack([one, one])])
+    gap = jnp.where(both, gap, gap[jnp.stack([one, one])])
     dist = gap + margin
     pos = q - n[None, :] * (0.5 * gap)[:, None]
-    ok = jnp.any(ok_c) & ~empty
-    ok = ok & jnp.all(sg(gap) <= 0) & (D.npoly > 0)
-    return _CapsuleFace(ok, dist, pos, sg(n) * -1)
+    ok = jnp.any(ok_c) & ~empty & (count > 0) & has_faces
+    return _CapsuleFace(ok, count, dist, pos, sg(n) * -1)
 
 
 # ------------------------------------------------------------------------- mjc_PlaneConvex
