@@ -99,11 +99,13 @@ def fwd_constraint(m: Model, d: State) -> State:
     """Constraint rows, forces and the constrained acceleration. MuJoCo: mj_makeConstraint,
     mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py).
 
-    With a large contact buffer (a few contacts are usual, the buffer holds the worst case)
-    a world with few contacts builds and solves the rows of only its first `kc` contacts
-    (`_compact_slots`): the rows keep MuJoCo's order, the answer is the same up to rounding,
-    and the forces, states and activity are scattered back to the whole layout. Batched,
-    the whole problem runs only for the worlds with more contacts (`loops.cond`)."""
+    With `model.ncompact` set (-1 automatic, or a slot count kc; 0, the default, off) a
+    world with at most kc active contacts builds and solves the rows of only those
+    (`_compact_slots`): for a large contact buffer of which a few contacts are usual (the
+    buffer holds the worst case), at the cost of a second compilation. The rows keep
+    MuJoCo's order, the answer is the same up to rounding, and the forces, states and
+    activity are scattered back to the whole layout. Batched, the whole problem runs only
+    for the worlds with more contacts (`loops.cond`)."""
     p = _constraint.plan(m, d.contact.dist.shape[0])
     out = None
     if _sleep.enabled(m):
@@ -111,7 +113,7 @@ def fwd_constraint(m: Model, d: State) -> State:
         d = d.replace(tree_island=_islands(m, d, efc))
         out = _solve_rows(m, d, efc)
     elif p.nefc and m.nv:
-        kc = _compact_slots(p)
+        kc = _compact_slots(m, p)
         out = _constraint_stage(m, d) if kc is None else _compact_stage(m, d, p, kc)
     if out is None:
         return d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth),
@@ -138,20 +140,19 @@ def _constraint_stage(m: Model, d: State):
     return _solve_rows(m, d, _constraint.make_constraint(m, d))
 
 
-# the compact problem holds a sixteenth of the contact slots, at least _COMPACT_MIN, and is
-# used when that is at most a third of them (it costs a second compilation of the rows and
-# the solver, about 5 s on the gymnasium ant). Measured at batch 1024, float32, 100 steps:
-# the ant's 25 slots with 8 compact ones 5350 -> 7500 steps/s in one A/B run (referee
-# bench.py, noisy machine: 5112 -> 5790); the humanoid's 190 slots with 11 instead of 23
-# showed no measurable change (bench.py 1912 -> 1932)
+# The compact problem is opt-in (`model.replace(ncompact=-1)` or a slot count): it compiles
+# the rows and the solver a second time. Measured on the gymnasium ant (25 slots, 8 compact),
+# batch 1024, float32, 100 steps, XLA's default flags: compile 13.7 -> 17.6 s, 4867 -> 6299
+# steps/s. Automatic (-1): a sixteenth of the slots, at least _COMPACT_MIN, when that is at
+# most a third of them.
 _COMPACT_MIN = 8
 
 
-def _compact_slots(p) -> int | None:
+def _compact_slots(m: Model, p) -> int | None:
     """Contact slots of the compact problem (static), or None to always use them all."""
-    if not p.nrow:
+    if not p.nrow or not m.ncompact:
         return None
-    k = max(_COMPACT_MIN, p.ncon // 16)
+    k = max(_COMPACT_MIN, p.ncon // 16) if m.ncompact < 0 else int(m.ncompact)
     return k if 3 * k <= p.ncon else None
 
 

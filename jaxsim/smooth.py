@@ -591,7 +591,7 @@ def transmission(m: Model, d: State) -> State:
         withref = np.nonzero(ref >= 0)[0]
         if len(withref):
             a, s, r = site[withref], sid[withref], ref[withref]
-            keep = np.stack([~_common_chain(m, site_body[x], site_body[y]) for x, y in zip(s, r)])
+            keep = np.stack([~_common_chain(m, site_body[x], site_body[y]) for x, y in zip(s, r, strict=True)])
             keep = jnp.asarray(keep, dt)[:, None, :]
             jpr, jrr = jac(m, d, d.site_xpos[r], site_body[r])
             rmat = d.site_xmat[r]
@@ -693,6 +693,19 @@ def _ldl_plan(dof_parentid: tuple) -> tuple:
     return anc, levels
 
 
+@functools.lru_cache(maxsize=256)
+def _ldl_levels(dof_parentid: tuple) -> tuple:
+    """The dofs of each depth (deepest first) as rows of a (levels, width) table padded
+    with nv, and the ancestor mask with a zero row nv for the padding."""
+    anc, levels = _ldl_plan(dof_parentid)
+    nv = len(dof_parentid)
+    width = max(len(K) for K in levels)
+    idx = np.full((len(levels), width), nv, np.int32)
+    for i, K in enumerate(levels):
+        idx[i, :len(K)] = K
+    return idx, np.concatenate([anc, np.zeros((1, nv), bool)])
+
+
 def factor_m(m: Model, d: State) -> State:
     """Factorises qM as MuJoCo: M = L' D L with L unit lower-triangular in the tree's
     sparsity (no fill-in), eliminating from the leaves to the roots; a pivot below mjMINVAL
@@ -700,30 +713,34 @@ def factor_m(m: Model, d: State) -> State:
     MuJoCo: mj_factorM / mj_factorI.
 
     The dofs of one depth are eliminated together (they update only their ancestors), so
-    there is one step per tree level, each a masked rank-n update. qLD holds D on the
-    diagonal and L below it (at [dof, ancestor]); qLDiagInv holds 1 / D.
+    there is one step per tree level, each a masked rank-n update; the steps are one loop
+    over a table of the levels padded to the widest (compiled once, whatever the depth).
+    qLD holds D on the diagonal and L below it (at [dof, ancestor]); qLDiagInv holds 1 / D.
     """
     nv = m.nv
     if not nv:
         return d
-    anc, levels = _ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))
-    A = d.qM
-    clamped = jnp.zeros((), bool)
-    rows, Ls, Ds = [], [], []
-    for K in levels:
-        dk = A[K, K]
-        low = dk < math.MINVAL
-        clamped = clamped | jnp.any(low)
+    idx, anc = _ldl_levels(tuple(int(p) for p in np.asarray(m.dof_parentid)))
+    dt = d.qM.dtype
+    pad = jnp.zeros((1, nv), dt)
+
+    def level(i, carry):
+        A, L, D, clamped = carry
+        K = jnp.asarray(idx)[i]
+        real = K < nv
+        Ak = jnp.concatenate([A, pad])[K]  # rows of the level (zeros for the padding)
+        dk = jnp.where(real, Ak[jnp.arange(K.shape[0]), jnp.minimum(K, nv - 1)], 1.0)
+        low = real & (dk < math.MINVAL)
         dk = jnp.where(low, math.MINVAL, dk)
-        a = jnp.where(jnp.asarray(anc[K]), A[K], 0.0)  # M[k, ancestors of k]
+        a = jnp.where(jnp.asarray(anc)[K], Ak, 0.0)  # M[k, ancestors of k]
         lk = a / dk[:, None]
-        A = A - lk.T @ a
-        rows.append(K)
-        Ls.append(lk)
-        Ds.append(dk)
-    order = np.argsort(np.concatenate(rows))
-    L = jnp.concatenate(Ls)[order]
-    D = jnp.concatenate(Ds)[order]
+        A = A - jnp.sum(lk[:, :, None] * a[:, None, :], 0)  # lk' a, as multiply-adds
+        L = L.at[K].set(lk, mode="drop")
+        D = D.at[K].set(dk, mode="drop")
+        return A, L, D, clamped | jnp.any(low)
+
+    init = (d.qM, jnp.zeros((nv, nv), dt), jnp.ones(nv, dt), jnp.zeros((), bool))
+    _, L, D, clamped = jax.lax.fori_loop(0, idx.shape[0], level, init)
     w = d.warning.at[0].add(clamped.astype(d.warning.dtype))
     return d.replace(qLD=L + jnp.diag(D), qLDiagInv=1.0 / D, warning=w)
 

@@ -481,7 +481,8 @@ _BALLS = """<mujoco><option solver="{solver}" cone="{cone}" iterations="{it}" to
 @pytest.mark.parametrize("solver_,cone,it,tol", [("Newton", "pyramidal", 100, 1e-12),
                                                  ("PGS", "elliptic", 2000, 1e-15)])
 def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
-    """12 free balls: 78 contact slots, of which a world uses a few. Worlds with at most 8
+    """12 free balls: 78 contact slots, of which a world uses a few. With the compact
+    problem on (`ncompact=-1`, automatic size), worlds with at most 8
     active contacts are solved on the compact problem, the others (a packed row of balls)
     on the whole one; batched, the whole problem runs only for those worlds. Every world
     matches MuJoCo, batched and alone."""
@@ -490,7 +491,10 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
     xml = _BALLS.format(solver=solver_, cone=cone, it=it, tol=tol, balls=balls)
     m = mujoco.MjModel.from_xml_string(xml)
     model = jaxsim.load_string(xml, dtype=jnp.float64)
-    kc = sys.modules["jaxsim.forward"]._compact_slots(constraint.plan(model))
+    fw = sys.modules["jaxsim.forward"]
+    assert fw._compact_slots(model, constraint.plan(model)) is None  # opt-in
+    model = model.replace(ncompact=-1)
+    kc = fw._compact_slots(model, constraint.plan(model))
     assert kc == 8
     rng = np.random.default_rng(0)
     worlds = []
