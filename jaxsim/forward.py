@@ -99,10 +99,11 @@ def fwd_constraint(m: Model, d: State) -> State:
     """Constraint rows, forces and the constrained acceleration. MuJoCo: mj_makeConstraint,
     mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py).
 
-    With `model.ncompact` set (-1 automatic, or a slot count kc; 0, the default, off) a
-    world with at most kc active contacts builds and solves the rows of only those
-    (`_compact_slots`): for a large contact buffer of which a few contacts are usual (the
-    buffer holds the worst case), at the cost of a second compilation. The rows keep
+    With the compact problem on (`model.ncompact`: -1 automatic, the default, for large
+    contact buffers; a slot count kc; 0 off) a world with at most kc active contacts builds
+    and solves the rows of only those (`_compact_slots`): for a large contact buffer of
+    which a few contacts are usual (the buffer holds the worst case), at the cost of a
+    second compilation. The rows keep
     MuJoCo's order, the answer is the same up to rounding, and the forces, states and
     activity are scattered back to the whole layout. Batched, the whole problem runs only
     for the worlds with more contacts (`loops.cond`)."""
@@ -140,17 +141,20 @@ def _constraint_stage(m: Model, d: State):
     return _solve_rows(m, d, _constraint.make_constraint(m, d))
 
 
-# The compact problem is opt-in (`model.replace(ncompact=-1)` or a slot count): it compiles
-# the rows and the solver a second time. Measured on the gymnasium ant (25 slots, 8 compact),
-# batch 1024, float32, 100 steps, XLA's default flags: compile 13.7 -> 17.6 s, 4867 -> 6299
-# steps/s. Automatic (-1): a sixteenth of the slots, at least _COMPACT_MIN, when that is at
-# most a third of them.
+# The compact problem compiles the rows and the solver a second time; it pays off with large
+# contact buffers. Measured at batch 1024, float32, 100 steps, XLA's default flags: the
+# gymnasium ant (25 slots, 8 compact) compile 13.7 -> 17.6 s, 4867 -> 6299 steps/s; the
+# gymnasium humanoid (190 slots, 11 compact, PGS) compile 18.4 -> 21.0 s, 1199 -> 1829
+# steps/s. Automatic (`model.ncompact` -1, the default): on for buffers of at least
+# _COMPACT_AUTO slots, with a sixteenth of them, at least _COMPACT_MIN, when that is at most
+# a third; 0 off; a positive value is the slot count.
 _COMPACT_MIN = 8
+_COMPACT_AUTO = 64
 
 
 def _compact_slots(m: Model, p) -> int | None:
     """Contact slots of the compact problem (static), or None to always use them all."""
-    if not p.nrow or not m.ncompact:
+    if not p.nrow or not m.ncompact or (m.ncompact < 0 and p.ncon < _COMPACT_AUTO):
         return None
     k = max(_COMPACT_MIN, p.ncon // 16) if m.ncompact < 0 else int(m.ncompact)
     return k if 3 * k <= p.ncon else None

@@ -458,8 +458,8 @@ class Model(Struct):
     ngravcomp: int = static("()", "number of bodies with nonzero gravity compensation")
     nconmax: int = static("()", "contact buffer cap from <size> (-1: automatic)")
     njmax: int = static("()", "constraint row cap from <size> (-1: automatic)")
-    ncompact: int = static("()", "contact slots of the compact constraint problem: 0 off, -1 automatic "
-                           "(a jaxsim performance option, see forward.fwd_constraint)")
+    ncompact: int = static("()", "contact slots of the compact constraint problem: -1 automatic, 0 "
+                           "off (a jaxsim performance option, see forward.fwd_constraint)")
     nflex: int = static("()", "number of flex objects")
     nflexvert: int = static("()", "number of vertices in all flexes")
     nflexedge: int = static("()", "number of edges in all flexes")

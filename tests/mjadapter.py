@@ -75,7 +75,7 @@ def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
         "model_name": mujoco.mj_id2name(m, int(ObjType.UNKNOWN), 0) or "",
         "text_data": text,
         "flex_where": tuple("" for _ in range(m.nflex)),
-        "ncompact": 0,  # a jaxsim option (off by default)
+        "ncompact": -1,  # a jaxsim option (automatic by default)
         "flex_haspassive": ((m.flex_edgestiffness != 0) | (m.flex_edgedamping != 0)).astype(int),
         "stat_meaninertia": jnp.asarray(m.stat.meaninertia, dtype),
         "stat_meanmass": jnp.asarray(m.stat.meanmass, dtype),

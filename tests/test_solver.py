@@ -482,7 +482,7 @@ _BALLS = """<mujoco><option solver="{solver}" cone="{cone}" iterations="{it}" to
                                                  ("PGS", "elliptic", 2000, 1e-15)])
 def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
     """12 free balls: 78 contact slots, of which a world uses a few. With the compact
-    problem on (`ncompact=-1`, automatic size), worlds with at most 8
+    problem on (`ncompact=-1`, automatic, the default), worlds with at most 8
     active contacts are solved on the compact problem, the others (a packed row of balls)
     on the whole one; batched, the whole problem runs only for those worlds. Every world
     matches MuJoCo, batched and alone."""
@@ -492,9 +492,8 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
     m = mujoco.MjModel.from_xml_string(xml)
     model = jaxsim.load_string(xml, dtype=jnp.float64)
     fw = sys.modules["jaxsim.forward"]
-    assert fw._compact_slots(model, constraint.plan(model)) is None  # opt-in
-    model = model.replace(ncompact=-1)
-    kc = fw._compact_slots(model, constraint.plan(model))
+    assert fw._compact_slots(model.replace(ncompact=0), constraint.plan(model)) is None
+    kc = fw._compact_slots(model, constraint.plan(model))  # automatic by default
     assert kc == 8
     rng = np.random.default_rng(0)
     worlds = []

@@ -377,7 +377,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
         fields[k] = int(out[k])
     fields["names"] = tuple(tuple(ctx.names[int(t)]) for t in ObjType)
     fields["model_name"] = ctx.model_name
-    fields["ncompact"] = 0  # the compact constraint problem is opt-in (forward.fwd_constraint)
+    fields["ncompact"] = -1  # the compact constraint problem: automatic (forward.fwd_constraint)
     fields["text_data"] = tuple(out.get("text_data", ()))
     fields["flex_where"] = tuple(out.get("flex_where", ()))
     # derived constants in float64, whatever the user's dtype. set_const is JAX code; run
