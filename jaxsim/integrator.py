@@ -327,16 +327,36 @@ def euler(m: Model, d: State) -> State:
     """Semi-implicit Euler, implicit in joint damping. MuJoCo: mj_Euler.
 
     With damping and eulerdamp enabled, qacc solves (M + h B) qacc = qfrc_smooth +
-    qfrc_constraint, B the diagonal derivative of dof damping. MuJoCo skips this solve
-    when no dof is damped; here it always runs (the value test is on parameters), and
-    with zero damping it reproduces qacc.
+    qfrc_constraint, B the diagonal derivative of dof damping. As MuJoCo, the solve is
+    used only when a dof is damped (dof damping or polynomial damping, or a joint actuator
+    with damping or armature: the values are leaves, so both are computed and one is
+    selected); otherwise qacc is integrated as it is (which differs from the solve when the
+    constraint solver stopped before convergence).
     """
     qacc = d.qacc
     b = _euler_damping(m, d)
     if b is not None:
         qH = d.qM + jnp.diag(m.opt.timestep * b)
-        qacc = linalg.cho_solve(linalg.cholesky(qH), d.qfrc_smooth + d.qfrc_constraint)
+        solved = linalg.cho_solve(linalg.cholesky(qH), d.qfrc_smooth + d.qfrc_constraint)
+        qacc = jnp.where(_dof_damped(m), solved, qacc)
     return advance(m, d, d.act_dot, qacc)
+
+
+def _dof_damped(m: Model) -> jax.Array:
+    """Whether mj_Euler integrates implicitly: a dof has damping or polynomial damping, or
+    its joint an actuator with damping, polynomial damping or armature (jnt_actuatorid)."""
+    jnt = _np(m.dof_jntid)
+    damped = (m.dof_damping > 0) | jnp.any(m.dof_dampingpoly != 0, axis=-1)
+    if m.nu:
+        sel = np.nonzero(np.isin(_np(m.actuator_trntype),
+                                 (TrnType.JOINT, TrnType.JOINTINPARENT)))[0]
+        if len(sel):
+            on = ((m.actuator_damping[sel] != 0)
+                  | jnp.any(m.actuator_dampingpoly[sel] != 0, axis=-1)
+                  | (m.actuator_armature[sel] != 0))
+            by_jnt = jnp.zeros(m.njnt, bool).at[_np(m.actuator_trnid)[sel, 0]].max(on)
+            damped = damped | by_jnt[jnt]
+    return jnp.any(damped)
 
 
 def _implicitfast_matrix(m: Model, d: State, D: jax.Array) -> jax.Array:

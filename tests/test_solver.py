@@ -522,3 +522,34 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
             assert _rel(res.qfrc_constraint, d.qfrc_constraint) < 1e-7
             np.testing.assert_allclose(np.sort(np.asarray(res.efc_force)[
                 np.asarray(res.efc_active)]), np.sort(d.efc_force), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("damping", ["0", "0.3"])
+def test_euler_integrates_an_unconverged_qacc(damping):
+    """Two welded free spheres pressed into each other, CG stopped after 3 iterations (far
+    from converged, so qacc is not M^-1 (qfrc_smooth + qfrc_constraint)): without damping
+    Euler integrates qacc itself, with damping it solves (M + h B) qacc = that force, as
+    mj_Euler; one step agrees with MuJoCo's in qvel either way."""
+    xml = f"""<mujoco><option solver="CG" cone="elliptic" iterations="3"/>
+      <default><joint damping="{damping}"/></default>
+      <worldbody><body name="a"><joint type="free"/><geom size="1" pos="7 0 0"/></body>
+        <body name="b"><joint type="free"/><geom size="1" pos="8.5 0 0"/></body></worldbody>
+      <equality><weld body1="a" body2="b"/></equality></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    step = jax.jit(jaxsim.step)
+    rng = np.random.default_rng(2)
+    assert (m.dof_damping > 0).all() == (damping != "0")
+    gaps = []
+    for _ in range(3):
+        d = mujoco.MjData(m)
+        d.qvel[:] = rng.normal(size=m.nv)
+        mujoco.mj_forward(m, d)
+        M = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, M)
+        gaps.append(_rel(np.linalg.solve(M, d.qfrc_smooth + d.qfrc_constraint), d.qacc))
+        st = jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
+        mujoco.mj_step(m, d)
+        out = step(model, st)
+        assert _rel(out.qvel, d.qvel) < 1e-9, (_rel(out.qvel, d.qvel), damping)
+    assert max(gaps) > 1e-3, gaps  # the solver really stopped early
