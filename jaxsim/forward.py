@@ -103,10 +103,9 @@ def fwd_constraint(m: Model, d: State) -> State:
     contact buffers; a slot count kc; 0 off) a world with at most kc active contacts builds
     and solves the rows of only those (`_compact_slots`): for a large contact buffer of
     which a few contacts are usual (the buffer holds the worst case), at the cost of a
-    second compilation. The rows keep
-    MuJoCo's order, the answer is the same up to rounding, and the forces, states and
-    activity are scattered back to the whole layout. Batched, the whole problem runs only
-    for the worlds with more contacts (`loops.cond`)."""
+    second compilation. The rows keep MuJoCo's order, the answer is the same up to
+    rounding, and the forces, states and activity are scattered back to the whole layout.
+    Batched, the whole problem runs only for the worlds with more contacts (`loops.cond`)."""
     p = _constraint.plan(m, d.contact.dist.shape[0])
     out = None
     if _sleep.enabled(m):
