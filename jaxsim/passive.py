@@ -9,7 +9,9 @@ Every term is computed for all joints, tendons, bodies or geoms at once; which j
 free/ball/hinge/slide and which options are disabled is static structure. Values MuJoCo
 tests at run time (fluid density and viscosity, the per-geom fluid flag, the body mass
 threshold) are leaves, so both branches are computed and selected with masks; the branch
-not taken is fed finite numbers so gradients stay finite.
+not taken is fed finite numbers so gradients stay finite. When the model is a constant of
+the traced function (closed over, not an argument), zero density and viscosity are known
+at trace time and the fluid stage is left out, as MuJoCo's mj_fluid returns early.
 
 Not covered: flex elasticity, passive contact forces and adhesion (no flexes, and contacts
 are not part of these stages), passive plugins and the mjcb_passive callback.
@@ -33,6 +35,13 @@ def _dtype(m: Model):
 
 def _np(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
+
+
+def _known_zero(x) -> bool:
+    """Whether x is a concrete zero (a model closed over by the traced function): MuJoCo's
+    run-time tests on such values are decided at trace time; a traced leaf (a model passed
+    as an argument, randomised per world) keeps both branches."""
+    return not isinstance(x, jax.core.Tracer) and not np.any(np.asarray(x))
 
 
 def poly_force(linear: jax.Array, poly: jax.Array, x: jax.Array, odd: bool) -> jax.Array:
@@ -327,7 +336,7 @@ def fluid(m: Model, d: State) -> jax.Array:
     whose geom_fluid[0] > 0, the inertia-box model on the others; massless bodies skipped.
     """
     dt = _dtype(m)
-    if not m.nv or m.nbody < 2:
+    if not m.nv or m.nbody < 2 or (_known_zero(m.opt.density) and _known_zero(m.opt.viscosity)):
         return jnp.zeros(m.nv, dt)
     bodies = np.arange(1, m.nbody)
     heavy = (m.body_mass[bodies] >= math.MINVAL)[:, None]

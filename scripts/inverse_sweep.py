@@ -8,6 +8,9 @@ compilations. Each model runs in a subprocess under a time limit. One line per m
 the pass rate per source directory (over all models, and over the models that load).
 
     python scripts/inverse_sweep.py [--states 3] [--timeout 600] [--json out.json] MODEL_OR_DIR ...
+
+With --json, a file left by an earlier run is read first and the models it holds are not
+run again (a long sweep resumes where it stopped).
 """
 
 from __future__ import annotations
@@ -100,8 +103,14 @@ def main(argv=None) -> int:
         print(json.dumps(check(a.one, a.states)))
         return 0
     reports = []
+    if a.json and os.path.exists(a.json):
+        with open(a.json) as f:
+            reports = json.load(f)
+    done = {r["model"] for r in reports}
     env = dict(os.environ, JAX_ENABLE_X64="1")
     for path in _models(a.models):
+        if path in done:
+            continue
         try:
             import mujoco
 

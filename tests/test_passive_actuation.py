@@ -249,6 +249,35 @@ def test_jit_model_argument_compiles_once():
     assert not np.allclose(a.actuator_force, b.actuator_force)
 
 
+def test_fluid_follows_the_density_and_viscosity_values():
+    """A model closed over by the traced function with zero density and viscosity has no
+    fluid stage (MuJoCo's early return); the same model given other values, closed over
+    (concrete) or as a vmapped argument, gets MuJoCo's fluid forces for them."""
+    mm = mujoco.MjModel.from_xml_path(FEATURES)
+    mm.opt.density, mm.opt.viscosity = 0.0, 0.0
+    m = model_from_mujoco(mm)
+    md = _random_data(mm, 1)
+    mujoco.mj_forward(mm, md)
+    d = _state(m, mm, md, md.act_dot)
+    zero = jax.jit(lambda d_: _velocity_stages(m, d_))(d)
+    np.testing.assert_array_equal(zero.qfrc_fluid, md.qfrc_fluid)
+    vals = [(1.3, 0.0), (0.0, 0.02), (1.3, 0.02)]
+    mm.opt.density, mm.opt.viscosity = vals[0]
+    m1 = m.replace(opt=m.opt.replace(density=jnp.asarray(vals[0][0]),
+                                     viscosity=jnp.asarray(vals[0][1])))
+    batch = jax.tree.map(lambda *x: jnp.stack(x), *[
+        m.replace(opt=m.opt.replace(density=jnp.asarray(r), viscosity=jnp.asarray(v)))
+        for r, v in vals])
+    outs = [jax.jit(lambda d_: _velocity_stages(m1, d_))(d),
+            *[jax.tree.map(lambda x, i=i: x[i], jax.vmap(_run, in_axes=(0, None))(batch, d))
+              for i in range(len(vals))]]
+    for out, (rho, mu) in zip(outs, vals[:1] + vals, strict=True):
+        mm.opt.density, mm.opt.viscosity = rho, mu
+        mujoco.mj_forward(mm, md)
+        assert np.abs(md.qfrc_fluid).max() > 1e-3
+        np.testing.assert_allclose(out.qfrc_fluid, md.qfrc_fluid, rtol=1e-9, atol=1e-12)
+
+
 def test_unsupported_actuator_raises():
     mm = mujoco.MjModel.from_xml_string("""
     <mujoco><worldbody><body><joint name="j" type="slide"/><geom size=".1"/></body></worldbody>
