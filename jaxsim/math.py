@@ -105,10 +105,14 @@ def quat_to_mat(q: jax.Array) -> jax.Array:
 
 def rot_vec_quat(v: jax.Array, q: jax.Array) -> jax.Array:
     """Rotates v by the unit quaternion q (mju_rotVecQuat)."""
-    w = q[..., :1]
-    u = q[..., 1:]
-    t = w * v + jnp.cross(u, v)
-    return v + 2 * jnp.cross(u, t)
+    q0, q1, q2, q3 = jnp.moveaxis(q, -1, 0)
+    v0, v1, v2 = jnp.moveaxis(v, -1, 0)
+    # t = q0 v + q_xyz x v, then v + 2 q_xyz x t, in mju_rotVecQuat's order of operations
+    t0 = q0 * v0 + q2 * v2 - q3 * v1
+    t1 = q0 * v1 + q3 * v0 - q1 * v2
+    t2 = q0 * v2 + q1 * v1 - q2 * v0
+    return jnp.stack([v0 + 2 * (q2 * t2 - q3 * t1), v1 + 2 * (q3 * t0 - q1 * t2),
+                      v2 + 2 * (q1 * t1 - q2 * t0)], axis=-1)
 
 
 def axis_angle_to_quat(axis: jax.Array, angle: jax.Array) -> jax.Array:
@@ -180,20 +184,26 @@ def mul_inert_vec(i: jax.Array, v: jax.Array) -> jax.Array:
     return jnp.einsum("...ij,...j->...i", inert_mat(i), v)
 
 
+def _cross(a, b):
+    """a x b on component tuples (one stack at the end: XLA then emits one small kernel
+    instead of concatenating sliced products, which it duplicates per output)."""
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
 def cross_motion(vel: jax.Array, v: jax.Array) -> jax.Array:
     """6D motion cross product vel x v (mju_crossMotion)."""
-    w, u = vel[..., :3], vel[..., 3:]
-    rot = jnp.cross(w, v[..., :3])
-    lin = jnp.cross(w, v[..., 3:]) + jnp.cross(u, v[..., :3])
-    return jnp.concatenate([rot, lin], axis=-1)
+    c, x = tuple(jnp.moveaxis(vel, -1, 0)), tuple(jnp.moveaxis(v, -1, 0))
+    rot = _cross(c[:3], x[:3])
+    lin = [p + q for p, q in zip(_cross(c[:3], x[3:]), _cross(c[3:], x[:3]), strict=True)]
+    return jnp.stack([*rot, *lin], axis=-1)
 
 
 def cross_force(vel: jax.Array, f: jax.Array) -> jax.Array:
     """6D force cross product vel x* f (mju_crossForce)."""
-    w, u = vel[..., :3], vel[..., 3:]
-    rot = jnp.cross(w, f[..., :3]) + jnp.cross(u, f[..., 3:])
-    lin = jnp.cross(w, f[..., 3:])
-    return jnp.concatenate([rot, lin], axis=-1)
+    c, x = tuple(jnp.moveaxis(vel, -1, 0)), tuple(jnp.moveaxis(f, -1, 0))
+    rot = [p + q for p, q in zip(_cross(c[:3], x[:3]), _cross(c[3:], x[3:]), strict=True)]
+    lin = _cross(c[:3], x[3:])
+    return jnp.stack([*rot, *lin], axis=-1)
 
 
 # ------------------------------------------------------------------ tendon wrapping

@@ -189,9 +189,9 @@ def kinematics(m: Model, d: State) -> State:
         pb = _np(m.body_parentid)[jb]
         free_j = jnp.asarray(is_free[jb])[:, None]
         gpos = xpos[pb] + jnp.einsum("kij,kj->ki", xmat[pb], prepos)
-        gquat = math.quat_mul(xquat[pb], prequat)
-        xaxis = math.rot_vec_quat(m.jnt_axis, gquat)
-        xanchor = gpos + math.rot_vec_quat(m.jnt_pos, gquat)
+        gmat = math.quat_to_mat(math.quat_mul(xquat[pb], prequat))
+        xaxis = jnp.einsum("kij,kj->ki", gmat, m.jnt_axis)
+        xanchor = gpos + jnp.einsum("kij,kj->ki", gmat, m.jnt_pos)
         xaxis = jnp.where(free_j, m.jnt_axis, xaxis)
         xanchor = jnp.where(free_j, xpos[jb], xanchor)
 
