@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim import hostnp
 from jaxsim.math import MINVAL
 from jaxsim.types import Model, State
 
@@ -38,10 +39,8 @@ def _tol(dtype, t):
 
 def _maybe_positive(x) -> bool:
     """False only when x is concrete and has no positive entry."""
-    try:
-        return bool((np.asarray(x) > 0).any())
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return True
+    v = hostnp.concrete(x)
+    return v is None or bool((v > 0).any())
 
 
 # ------------------------------------------------------------------------- buffer groups

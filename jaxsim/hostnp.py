@@ -74,6 +74,16 @@ class HostArray(np.ndarray):
         return _At(self)
 
 
+def concrete(x: Any) -> np.ndarray | None:
+    """The numpy value of x, or None when x is traced (a model leaf passed as an argument
+    of a jitted or vmapped function; closed-over models are concrete). Lets run-time tests
+    MuJoCo makes on model values be decided at trace time when the values are known."""
+    try:
+        return np.asarray(x)
+    except (_jax.errors.TracerArrayConversionError, _jax.errors.ConcretizationTypeError):
+        return None
+
+
 def asarray(x: Any, dtype=None) -> HostArray:
     """`x` as a HostArray (no copy when it already is one of `dtype`)."""
     return np.asarray(x, dtype=dtype).view(HostArray)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import flex, math, scan
+from jaxsim import flex, hostnp, math, scan
 from jaxsim.types import DisableBit, GeomType, JointType, Model, State, TrnType
 
 # ---------------------------------------------------------------------------- helpers
@@ -35,13 +35,6 @@ def _dtype(m: Model):
 
 def _np(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
-
-
-def _known_zero(x) -> bool:
-    """Whether x is a concrete zero (a model closed over by the traced function): MuJoCo's
-    run-time tests on such values are decided at trace time; a traced leaf (a model passed
-    as an argument, randomised per world) keeps both branches."""
-    return not isinstance(x, jax.core.Tracer) and not np.any(np.asarray(x))
 
 
 def poly_force(linear: jax.Array, poly: jax.Array, x: jax.Array, odd: bool) -> jax.Array:
@@ -336,7 +329,8 @@ def fluid(m: Model, d: State) -> jax.Array:
     whose geom_fluid[0] > 0, the inertia-box model on the others; massless bodies skipped.
     """
     dt = _dtype(m)
-    if not m.nv or m.nbody < 2 or (_known_zero(m.opt.density) and _known_zero(m.opt.viscosity)):
+    rho, mu = hostnp.concrete(m.opt.density), hostnp.concrete(m.opt.viscosity)
+    if not m.nv or m.nbody < 2 or (rho is not None and mu is not None and not rho and not mu):
         return jnp.zeros(m.nv, dt)
     bodies = np.arange(1, m.nbody)
     heavy = (m.body_mass[bodies] >= math.MINVAL)[:, None]

@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxsim import hostnp
 from jaxsim.collision.common import Contacts, Geom
 from jaxsim.types import EnableBit, GeomType
 
@@ -99,19 +100,11 @@ class HFieldData(NamedTuple):
 # ---------------------------------------------------------------------------- host data
 
 
-def _concrete(x):
-    """numpy value of x, or None when it is traced."""
-    try:
-        return np.asarray(x)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return None
-
-
 def _partner_reach(model, hids: np.ndarray):
     """Largest bounding radius plus margin (and gap) of the geoms that can collide with
     these height fields, or None when unknown (traced values, no partners)."""
-    rb = _concrete(model.geom_rbound)
-    gm, gg = _concrete(model.geom_margin), _concrete(model.geom_gap)
+    rb = hostnp.concrete(model.geom_rbound)
+    gm, gg = hostnp.concrete(model.geom_margin), hostnp.concrete(model.geom_gap)
     if rb is None or gm is None or gg is None:
         return None
     rb, gm, gg = (np.asarray(x, np.float64) for x in (rb, gm, gg))
@@ -126,15 +119,15 @@ def _partner_reach(model, hids: np.ndarray):
         g1, g2, ip = g1[sel], g2[sel], ip[sel]
         margin = gm[g1] + gm[g2] + gg[g1] + gg[g2]
         if np.any(ip >= 0):
-            pm = _concrete(model.pair_margin)
-            pg = _concrete(model.pair_gap)
+            pm = hostnp.concrete(model.pair_margin)
+            pg = hostnp.concrete(model.pair_gap)
             if pm is None or pg is None:
                 return None
             ipc = np.maximum(ip, 0)
             margin = np.where(ip >= 0, np.asarray(pm, np.float64)[ipc]
                               + np.asarray(pg, np.float64)[ipc], margin)
         if int(model.opt.enableflags) & int(EnableBit.OVERRIDE):
-            om = _concrete(model.opt.o_margin)
+            om = hostnp.concrete(model.opt.o_margin)
             if om is None:
                 return None
             margin = np.maximum(margin, float(om) + gg[g1] + gg[g2])
@@ -149,7 +142,7 @@ def _partner_reach(model, hids: np.ndarray):
 def _window(model, ids, nrow, ncol) -> tuple[int, int]:
     """Most rows and columns of cells a partner geom's bounding box can cover (static)."""
     full = int(max(nrow.max() - 1, 1)), int(max(ncol.max() - 1, 1))
-    hsize = _concrete(model.hfield_size)
+    hsize = hostnp.concrete(model.hfield_size)
     reach = _partner_reach(model, ids)
     if hsize is None or reach is None:
         return full
