@@ -241,10 +241,47 @@ def test_unsupported_feature_is_rejected_not_ignored():
     assert "flexcomp" in str(e) and "trilinear" in str(e)
 
 
-@pytest.mark.parametrize("flag", ['nativeccd="disable"'])
+@pytest.mark.parametrize("flag", ['nativeccd="disable"', 'speculative="enable"',
+                                  'ipc="enable"'])
 def test_unsupported_option_flag_is_rejected(flag):
     e = _err(f"<mujoco><option><flag {flag}/></option><worldbody/></mujoco>")
     assert flag.split("=")[0] in str(e) and e.line == 1
+    assert "not supported by jaxsim" in str(e)
+
+
+_MJ4 = """<mujoco><compiler {compiler}/><option {option}/>
+  <worldbody><body><joint name="j" {joint}/><geom size=".1" {geom}/><site name="s"/></body>
+  </worldbody>
+  <tendon><fixed name="t" {tendon}><joint joint="j" coef="1"/></fixed></tendon>
+  <sensor><insidesite site="s" objtype="site" objname="s" {sensor}/></sensor>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("part,value,attr", [
+    ("option", 'integrator="discrete"', "integrator"),
+    ("joint", 'springyield="5"', "springyield"),
+    ("tendon", 'springyield=".1"', "springyield"),
+    ("sensor", 'enclosed="true"', "enclosed"),
+])
+def test_mujoco4_physics_jaxsim_lacks_is_named(part, value, attr):
+    """MuJoCo 4.0 features jaxsim does not simulate: MuJoCo loads the model, jaxsim refuses it
+    naming the attribute (not as an unrecognized one)."""
+    fields = dict.fromkeys(("compiler", "option", "joint", "geom", "tendon", "sensor"), "")
+    fields[part] = value
+    xml = _MJ4.format(**fields)
+    mujoco.MjModel.from_xml_string(xml)
+    e = _err(xml)
+    assert e.attribute == attr and "not supported by jaxsim" in str(e)
+
+
+def test_mujoco4_rendering_and_saving_attributes_load_as_in_mujoco():
+    """Attributes without physics (shadows, how a model is saved) and 4.0 physics attributes
+    at MuJoCo's default load, and the model equals MuJoCo's."""
+    xml = _MJ4.format(compiler='savecompiled="false" savecanonical="true"',
+                      option="", joint='springyield="0"', geom='castshadow="false"',
+                      tendon='springyield="0"', sensor='enclosed="false"')
+    ours = jaxsim.load_string(xml, dtype=jnp.float64)
+    assert model_errors(ours, mujoco.MjModel.from_xml_string(xml)) == []
 
 
 def test_replicate_matches_mujoco():

@@ -33,7 +33,8 @@ from jaxsim.types import (
 )
 
 # option flags whose effect jaxsim does not implement
-_UNSUPPORTED_ENABLE: dict[str, str] = {}
+_UNSUPPORTED_ENABLE = {"speculative": "speculative contacts",
+                       "ipc": "the discrete integrator's IPC contact mode"}
 _UNSUPPORTED_DISABLE = {"nativeccd": "libccd convex collisions"}
 
 

@@ -23,10 +23,64 @@ from jaxsim.mjcf.errors import MJCFError
 SRC = "_src"  # private attribute: "file:line" of the element's origin
 
 
+def _bool():
+    return ["bool", None, 1, 1, None, [], None]
+
+
+def _keyword(default: str, keys: list[str]):
+    return ["enum", None, 1, 1, default, [], keys]
+
+
+def _real(lo: int = 1, hi: int | None = 1):
+    return ["double", None, lo, hi, None, [], None]
+
+
+# MuJoCo 4.0 attributes that schema.json (generated from an older grammar file) lacks. The
+# rendering and saving options are accepted (nothing physical); the physics jaxsim does not
+# have is accepted by the grammar and refused by `_refuse_unsupported` unless it keeps
+# MuJoCo's default, so the error says what is missing instead of "unrecognized".
+_MUJOCO4_ATTRS = {
+    "geom": {"castshadow": _bool()},
+    "texture": {"embed": _keyword("auto", ["false", "true", "auto"])},
+    "compiler": {"savecanonical": _bool(), "savecompiled": _bool(),
+                 "passthrough": _keyword("none", ["none", "textures"])},
+    "flag": {"ipc": _keyword("disable", ["disable", "enable"]),
+             "speculative": _keyword("disable", ["disable", "enable"])},
+    "joint": {"springyield": _real()},
+    "fixed": {"springyield": _real()},
+    "spatial": {"springyield": _real()},
+    "default_tendon": {"springyield": _real()},
+    "key": {"plastic": _real(0, None)},
+    "insidesite": {"enclosed": _bool()},
+}
+
+
 @lru_cache(maxsize=1)
 def schema() -> dict:
     text = resources.files("jaxsim.mjcf").joinpath("schema.json").read_text()
-    return json.loads(text)
+    sch = json.loads(text)
+    for decl, attrs in _MUJOCO4_ATTRS.items():
+        sch[decl]["attrs"].update(attrs)
+    keys = sch["option"]["attrs"]["integrator"][6]
+    if "discrete" not in keys:
+        keys.append("discrete")
+    return sch
+
+
+def _refuse_unsupported(el, decl: str, name: str, text: str) -> None:
+    """MuJoCo 4.0 physics that jaxsim does not simulate, named when a model asks for it (the
+    flags ipc and speculative are refused with the other option flags, in compile.py)."""
+    what = None
+    if decl == "option" and name == "integrator" and text.strip() == "discrete":
+        what = 'integrator="discrete" (MuJoCo 4.0\'s discrete integrator)'
+    elif name == "springyield" and any(float(t) != 0 for t in text.split()):
+        what = "springyield (plastic springs)"
+    elif decl == "key" and name == "plastic" and text.split():
+        what = "keyframe plastic states (of springyield springs)"
+    elif decl == "insidesite" and name == "enclosed" and text.strip() == "true":
+        what = "the enclosure test of insidesite sensors (enclosed)"
+    if what:
+        raise MJCFError(f"{what} is not supported by jaxsim yet", el, name)
 
 
 # Elements whose grammar is the body's (MuJoCo validates them against the body row).
@@ -175,6 +229,7 @@ def validate(el, decl: str, in_default: bool = False) -> None:
         if spec is None or (in_default and (name in ("name",) or "nodefault" in spec[5])):
             raise MJCFError("unrecognized attribute", el, name)
         _check_value(el, name, spec, text)
+        _refuse_unsupported(el, decl, name, text)
     if not in_default:
         for name, spec in attrs.items():
             if "required" in spec[5] and el.get(name) is None and decl != "inertial":
