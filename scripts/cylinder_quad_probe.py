@@ -49,8 +49,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true")
     a = ap.parse_args(argv)
-    rows = tc.mesh_rows._fixture_function()
-    cases, out = tc.results._fixture_function(rows)
+    cases, out = tc.build_results(tc.build_mesh_rows())
     np.set_printoptions(precision=2, suppress=True)
     same = diff = 0
     for i, c in enumerate(cases):

@@ -79,6 +79,10 @@ def _xml(a, b, margin=0.0, body2=""):
 
 @pytest.fixture(scope="module")
 def mesh_rows():
+    return build_mesh_rows()
+
+
+def build_mesh_rows():
     """MeshData of every test mesh (from jaxsim's compiled model), by name."""
     xml = (f'<mujoco><asset>{ASSETS}</asset><worldbody>'
            + "".join(f'<geom type="mesh" mesh="{k}"/>' for k in MESHES)
@@ -114,6 +118,10 @@ def _case(m, d, a, b, rows, q, tag):
 
 @pytest.fixture(scope="module")
 def results(mesh_rows):
+    return build_results(mesh_rows)
+
+
+def build_results(mesh_rows):
     """All mjc_Convex cases through one compiled function; (cases, our Contacts)."""
     rng = np.random.default_rng(0)
     cases = []
