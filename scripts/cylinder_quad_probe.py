@@ -10,10 +10,10 @@ axis (the cap is clipped as a 16-gon, so the points of an unclipped cap sit at m
 22.5 degrees) and the area of the quadrilateral (a square inscribed in the cap has 2 r^2).
 With --all, the poses where the two agree are printed too.
 
-Known gap this is for (see the README): MuJoCo 4.0 often keeps another quadrilateral of a
-clipped cap than jaxsim's polygonQuad. In these poses MuJoCo usually keeps a square (area
-2 r^2) where the hill climb of jaxsim stops at a smaller local maximum, though not always
-(the cube mesh).
+Known gap this is for (see the README): on a box or mesh face MuJoCo 4.0 often keeps another
+quadrilateral of a clipped cap than jaxsim's polygonQuad: usually a square (area 2 r^2)
+where jaxsim's hill climb stops at a smaller local maximum, though not always (the cube
+mesh). Cap on cap (equal areas taken as ties) agrees but for one pose of ten.
 """
 
 from __future__ import annotations

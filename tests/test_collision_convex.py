@@ -595,3 +595,61 @@ def test_capsule_lying_on_a_cylinder_cap(option):
     for i, (o, ref) in enumerate(zip(_ours_at_poses(xml, qs), refs, strict=True)):
         # single contacts from EPA on the capsule (smooth shapes): see the module docstring
         assert _same_contacts(o, ref, 1e-3 if len(ref) == 1 else 1e-6), (i, o, ref)
+
+
+def test_box_edge_or_face_on_a_cylinder_rim():
+    """A thin box tilted over a fixed cylinder's cap, its low edge over the cap or near the
+    rim: faces within mjFACE_TOL give four contacts, the edge lying on the cap two (EPA's
+    direction is the cap normal), and the rim pressed into the tilted face by the edge one:
+    EPA's direction is then the face's, more than mjFACE_TOL off the cap, and the edge on
+    the cap does not count (MuJoCo 4.0; the poses of corpus boxbox_bad1)."""
+    xml = ("<mujoco><worldbody><geom type='cylinder' size='.01 .0175'/><body><freejoint/>"
+           "<geom type='box' size='.1 .02 .005'/></body></worldbody></mujoco>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    qs, refs = [], []
+    for centre_x, dz in ((0.0887573, 0.0), (0.0887573, -0.002), (0.0955, 0.0)):
+        for deg in (2, 4, 6.5, 7.14, 8, 10):
+            for dy in (0.0, 0.003):
+                a = np.radians(deg)
+                q = np.zeros(7)
+                q[:3] = [centre_x, dy, 0.0224225 + dz]
+                q[3:] = [np.cos(a / 2), 0, -np.sin(a / 2), 0]
+                d.qpos[:] = q
+                mujoco.mj_forward(m, d)
+                qs.append(q)
+                refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
+    assert {len(r) for r in refs} == {1, 2, 4}, [len(r) for r in refs]
+    for i, (o, ref) in enumerate(zip(_ours_at_poses(xml, qs), refs, strict=True)):
+        assert len(o[0]) == len(ref), (i, o, ref)
+        if len(ref) < 4:  # EPA's point on the rim (a smooth edge) to its tolerance
+            assert _same_contacts(o, ref, 1e-9 if len(ref) == 2 else 1e-6), (i, o, ref)
+        else:  # a cap under a box face: which quadrilateral of it, see the module docstring
+            common = sum(np.min(np.abs(o[0] - rd) + np.abs(o[1] - rp).max(1)) < 1e-9
+                         for rd, rp in ref)
+            assert common >= 1, (i, o, ref)
+
+
+def test_cylinder_cap_on_a_cylinder_cap():
+    """A cylinder standing on a wider one's cap, turned about its axis and shifted: its cap
+    (a regular 16-gon) is the clipped polygon, whose inscribed quadrilaterals tie in area in
+    many ways; MuJoCo 4.0 keeps the first found of equal areas, rounding aside."""
+    xml = ("<mujoco><worldbody><geom type='cylinder' size='.5 .1' pos='0 0 -.1'/><body>"
+           "<freejoint/><geom type='cylinder' size='.2 .3'/></body></worldbody></mujoco>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(1)
+    qs, refs = [], []
+    for _ in range(20):
+        th = rng.uniform(0, 2 * np.pi)
+        q = np.zeros(7)
+        q[:3] = [*rng.normal(size=2) * 0.03, 0.3 - 0.001]
+        q[3:] = [np.cos(th / 2), 0, 0, np.sin(th / 2)]
+        d.qpos[:] = q
+        mujoco.mj_forward(m, d)
+        qs.append(q)
+        refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
+    assert all(len(r) == 4 for r in refs)
+    same = sum(_same_contacts(o, ref, 1e-9) for o, ref in zip(_ours_at_poses(xml, qs), refs,
+                                                               strict=True))
+    assert same >= len(refs) - 1, (same, len(refs))
