@@ -22,10 +22,10 @@ where it departs from the 3.x sources it was checked against (found by running i
   clipped by the other geom's face. Feature vertices are the geoms' own (not EPA's
   margin-inflated points). The quadrilateral search maximises the true area (half the norm
   of the diagonals' cross product; 3.x's area4 is not an area) and never lets its last
-  corner wrap onto the first (its buffer holds the clipped polygon's ns + nc points). With
-  a cylinder in the pair a corner moves only on a gain beyond rounding (1000 ulp): the equal
-  areas of its cap's regular 16-gon are ties, of which MuJoCo 4.0 keeps the first found
-  (its rounding of the cap's points is not ours, so the last bits cannot decide).
+  corner wrap onto the first (its buffer holds the clipped polygon's ns + nc points). Cap
+  on cap (two cylinders) a corner moves only on a gain beyond rounding (1000 ulp): the equal
+  areas of a cap's regular 16-gon are ties, of which MuJoCo 4.0 keeps the first found (its
+  rounding of the cap's points is not ours, so the last bits cannot decide).
   Measured over random box-on-mesh poses whose clipped polygon has 5 or 6 points: MuJoCo's
   four contacts reproduced in 54 of 55 (the other an exact tie of two areas, decided by
   rounding);
@@ -55,7 +55,7 @@ libccd (NATIVECCD disabled). A deep, tilted capsule on a mesh face: MuJoCo's EPA
 keeps a small error that ours does not (its contacts sit up to 1e-4 aside, distances 4e-6
 apart). A cylinder cap on a box or mesh face: MuJoCo 4.0 often keeps another of the
 clipped polygon's quadrilaterals than ours (an inscribed square where our search stops at a
-smaller local maximum; measured over random turns of a cap resting on a box face, 3 of 20
+smaller local maximum; measured over random turns of a cap resting on a box face, 7 of 20
 the same, tilted 13 of 20; cap on cap 19 of 20 and 13 of 20).
 
 Structure: `jaxsim.collision.ccd` holds the support functions per geom type, GJK, EPA and

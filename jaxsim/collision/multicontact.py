@@ -254,10 +254,10 @@ def _polygon_quad(poly, npg, ties=False):
     def area(a, b, c, d):
         return _area4(poly[a], poly[b], poly[c], poly[d])
 
-    # with `ties` (a cylinder cap in the pair) a corner moves only on a gain beyond rounding:
-    # the equal areas of the cap's regular 16-gon are ties, of which MuJoCo 4.0 keeps the
-    # first found (measured: its rounding of the cap's points is not ours). Between box and
-    # mesh faces the gain of the last bits decides, as in MuJoCo.
+    # with `ties` (cap on cap) a corner moves only on a gain beyond rounding: the equal areas
+    # of a cap's regular 16-gon are ties, of which MuJoCo 4.0 keeps the first found (measured:
+    # its rounding of the cap's points is not ours). Otherwise the gain of the last bits
+    # decides, as in MuJoCo (box and mesh faces; a cap on them agrees more often so).
     rtol = jnp.where(ties, 1000 * jnp.finfo(poly.dtype).eps, 0.0)
     i0 = jnp.asarray(0, I32)
     st = dict(a=i0, b=i0 + 1, c=i0 + 2, d=i0 + 3, m=area(0, 1, 2, 3),
@@ -461,8 +461,8 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     S = jnp.where(edgecon1 | edgecon2, edge, face2)
     ns = jnp.where(edgecon1 | edgecon2, 2, nface2)
     nrm = jnp.where(aligned, n1[fi], jnp.where(edgecon2, n1[f2], n2[f1]))
-    cyl_pair = is_type(t1, CYLINDER) | is_type(t2, CYLINDER)
-    count, v, dist = _polygon_clip(C, nc, S, ns, nrm, margin, cyl_pair)
+    caps = is_type(t1, CYLINDER) & is_type(t2, CYLINDER)
+    count, v, dist = _polygon_clip(C, nc, S, ns, nrm, margin, caps)
     # face against face: the points taken down onto geom 1's face, distances to geom 2's
     # face (MuJoCo 4.0)
     n2f = n2[fj]
