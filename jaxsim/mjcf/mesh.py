@@ -123,7 +123,8 @@ def eig3(mat, rel_tol: float = _EIG_REL) -> tuple[np.ndarray, np.ndarray]:
     off-diagonal threshold; MuJoCo 4.0 behaves as if the threshold were
     relative to the largest diagonal entry (1e-7; fitted on the 120 corpus,
     mjx and gymnasium meshes, all of which it matches) with no early exit on
-    the rotation cosine. Nearly isotropic inertias (e.g. a float32-noisy cube) therefore
+    the rotation cosine, and builds each Jacobi rotation's quaternion from the
+    half-angle tangent (accurate for tiny angles) rather than sqrt(0.5 - 0.5*c). Nearly isotropic inertias (e.g. a float32-noisy cube) therefore
     keep the identity frame.
 
     Args:
@@ -158,13 +159,17 @@ def eig3(mat, rel_tol: float = _EIG_REL) -> tuple[np.ndarray, np.ndarray]:
             t = 1.0 / (tau + (1 + tau * tau) ** 0.5)
         else:
             t = -1.0 / (-tau + (1 + tau * tau) ** 0.5)
-        c = 1.0 / (1 + t * t) ** 0.5
+        # half-angle rotation quaternion from tan(theta/2) = t / (1 + sqrt(1 + t^2)),
+        # as MuJoCo 4.0 (sqrt(0.5 - 0.5*cos) of 3.x loses every rotation below
+        # ~1e-8 rad, leaving ~1e-11 errors in the frame; this matches all meshes bit for bit)
+        th = abs(t) / (1 + (1 + t * t) ** 0.5)
+        w = 1.0 / (1 + th * th) ** 0.5
+        s = th * w
         tmp = [0.0, 0.0, 0.0, 0.0]
-        s = (0.5 - 0.5 * c) ** 0.5
         tmp[rotk + 1] = -s if tau >= 0 else s
         if rotk == 1:
             tmp[rotk + 1] = -tmp[rotk + 1]
-        tmp[0] = (1.0 - tmp[rotk + 1] * tmp[rotk + 1]) ** 0.5
+        tmp[0] = w
         tmp = _normvec(tmp)
         quat = _normvec(_mulquat(quat, tmp))
     # sort decreasing (bubble sort 0, 1, 0); equal-within-tolerance values keep
