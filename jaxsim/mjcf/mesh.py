@@ -124,8 +124,9 @@ def eig3(mat, rel_tol: float = _EIG_REL) -> tuple[np.ndarray, np.ndarray]:
     relative to the largest diagonal entry (1e-7; fitted on the 120 corpus,
     mjx and gymnasium meshes, all of which it matches) with no early exit on
     the rotation cosine, and builds each Jacobi rotation's quaternion from the
-    half-angle tangent (accurate for tiny angles) rather than sqrt(0.5 - 0.5*c). Nearly isotropic inertias (e.g. a float32-noisy cube) therefore
-    keep the identity frame.
+    half-angle tangent (accurate for tiny angles) rather than sqrt(0.5 - 0.5*c).
+    Nearly isotropic inertias (e.g. a float32-noisy cube) therefore keep the
+    identity frame.
 
     Args:
       mat: 9 numbers, row-major symmetric matrix.
