@@ -10,6 +10,9 @@ import sys
 import mujoco as mj
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from so3_check import dense_moment  # noqa: E402
+
 MINVAL = 1e-15
 POS, VEL, FF, VOLT, NONE = 1, 2, 4, 8, 16
 G_PID, G_DC = int(mj.mjtGain.mjGAIN_PID), int(mj.mjtGain.mjGAIN_DCMOTOR)
@@ -232,14 +235,6 @@ def reimplement(m, d):
             j = m.actuator_actadr[i] + dc_slots(dp, m.actuator_gainprm[i])["bristle"]
             force[o] -= dp[5] * d.act[j] + dp[6] * act_dot[j]
     return force, act_dot
-
-
-def dense_moment(m, d):
-    out = np.zeros((m.nout, m.nv))
-    for r in range(m.nout):
-        a, n = d.moment_rowadr[r], d.moment_rownnz[r]
-        out[r, d.moment_colind[a:a + n]] = d.actuator_moment[a:a + n]
-    return out
 
 
 def main():
