@@ -40,7 +40,7 @@ def _check(path: str) -> int:
     dt = time.perf_counter() - t0
     print(f"model '{m.model_name}' from {path} compiled in {dt:.2f} s")
     sizes = m.sizes()
-    keys = ("nq", "nv", "nu", "na", "nbody", "njnt", "ngeom", "nsite", "nmesh", "nhfield",
+    keys = ("nq", "nv", "nu", "nactuator", "nout", "na", "nbody", "njnt", "ngeom", "nsite", "nmesh", "nhfield",
             "ntendon", "neq", "nsensor", "nkey", "nmocap")
     print("sizes: " + ", ".join(f"{k}={sizes[k]}" for k in keys))
     print(f"total mass {float(np.sum(np.asarray(m.body_mass))):.4g}, timestep "
@@ -55,10 +55,12 @@ def _check(path: str) -> int:
         print(f"  {i:3d} {m.id2name(ObjType.BODY, i) or '(unnamed)':20s} parent "
               f"{int(m.body_parentid[i]):3d} mass {float(m.body_mass[i]):9.4g}  joints "
               f"[{', '.join(joints)}]  geoms [{', '.join(geoms)}]")
-    if m.nu:
+    if m.nactuator:
         print("actuators:")
-        for i in range(m.nu):
-            lo, hi = (float(x) for x in m.actuator_ctrlrange[i])
+        for i in range(m.nactuator):
+            c = int(m.actuator_ctrladr[i])
+            lo, hi = ((float(x) for x in m.actuator_ctrlrange[c]) if m.actuator_ctrlnum[i]
+                      else (0.0, 0.0))
             print(f"  {i:3d} {m.id2name(ObjType.ACTUATOR, i) or '(unnamed)':20s} "
                   f"{TrnType(int(m.actuator_trntype[i])).name.lower()} -> "
                   f"{m.id2name(ObjType.JOINT, int(m.actuator_trnid[i, 0])) if m.actuator_trntype[i] < 2 else int(m.actuator_trnid[i, 0])}"

@@ -138,10 +138,10 @@ def set_const(m: Model) -> Model:
 
     # tendons and actuators
     ten_invw = jnp.zeros(m.ntendon, dt)
-    acc0 = jnp.zeros(m.nu, dt)
+    acc0 = jnp.zeros(m.nout, dt)
     if nv and m.ntendon:
         ten_invw = jnp.einsum("tv,vw,tw->t", d.ten_J, minv, d.ten_J)
-    if nv and m.nu:
+    if nv and m.nout:
         acc0 = math.norm(d.actuator_moment @ minv)
 
     # flex edges: rest lengths; inverse weights (simple point masses: MuJoCo's shortcut)
@@ -174,7 +174,7 @@ def set_const(m: Model) -> Model:
         dof_invweight0=dof_invw,
         tendon_length0=d.ten_length if m.ntendon else m.tendon_length0,
         tendon_invweight0=ten_invw,
-        actuator_length0=d.actuator_length if m.nu else m.actuator_length0,
+        actuator_length0=d.actuator_length if m.nout else m.actuator_length0,
         actuator_acc0=acc0,
     )
     m = _eq_data(m, d)
@@ -247,9 +247,10 @@ def _dampratio(m: Model, d: State, minv: jax.Array) -> Model:
     """Turns biasprm[2] > 0 of position-like actuators (a dampratio) into -damping.
 
     The mass is the inertia reflected through the transmission, 1 / (t M^-1 t'), as MuJoCo
-    4.0 computes it (older releases summed dof_M0 / t^2 instead).
+    4.0 computes it (older releases summed dof_M0 / t^2 instead); for an actuator with
+    several outputs (SO3), the harmonic mean over its output rows.
     """
-    if not m.nu or not m.nv:
+    if not m.nactuator or not m.nv:
         return m
     gain, bias = m.actuator_gainprm, m.actuator_biasprm
     is_pid = jnp.asarray(np.asarray(m.actuator_gaintype) == GainType.PID)
@@ -257,7 +258,9 @@ def _dampratio(m: Model, d: State, minv: jax.Array) -> Model:
     apply = poslike & (bias[:, 2] > 0)
     t = d.actuator_moment
     tmt = jnp.einsum("uv,vw,uw->u", t, minv, t)
-    mass = 1.0 / jnp.maximum(tmt, math.MINVAL)
+    tmt = jnp.zeros(m.nactuator, tmt.dtype).at[m.out2act()].add(tmt)
+    outnum = jnp.asarray(np.asarray(m.actuator_outnum, np.float64), tmt.dtype)
+    mass = outnum / jnp.maximum(tmt, math.MINVAL)
     kp = jnp.where(is_pid, -bias[:, 1], gain[:, 0])
     damping = bias[:, 2] * 2 * math.safe_sqrt(kp * mass)
     return m.replace(actuator_biasprm=bias.at[:, 2].set(jnp.where(apply, -damping, bias[:, 2])))

@@ -46,12 +46,15 @@ def _maybe_positive(x) -> bool:
 # ------------------------------------------------------------------------- buffer groups
 
 
-def actuator_buffers(m: Model) -> list[tuple[int, np.ndarray]]:
-    """[(n, actuator ids)] of the actuators with a history buffer, grouped by n."""
-    if not m.nu:
+def actuator_buffers(m: Model) -> list[tuple[int, int, np.ndarray]]:
+    """[(n, dim, actuator ids)] of the actuators with a history buffer, grouped by n and
+    dim (the actuator's control count: a sample holds all its controls)."""
+    if not m.nactuator:
         return []
     n = _np(m.actuator_history).reshape(-1, 2)[:, 0]
-    return [(int(k), np.nonzero(n == k)[0]) for k in np.unique(n[n > 0])]
+    dim = _np(m.actuator_ctrlnum)
+    keys = sorted({(int(a), int(b)) for a, b in zip(n, dim, strict=True) if a > 0})
+    return [(a, b, np.nonzero((n == a) & (dim == b))[0]) for a, b in keys]
 
 
 def sensor_buffers(m: Model) -> list[tuple[int, int, np.ndarray]]:
@@ -81,7 +84,7 @@ def init(m: Model) -> jax.Array:
     if not m.nhistory:
         return h
     dt = jnp.asarray(m.opt.timestep, dtype)
-    for n, ids in actuator_buffers(m):
+    for n, _dim, ids in actuator_buffers(m):
         adr = _np(m.actuator_historyadr)[ids]
         times = -(n - jnp.arange(n, dtype=dtype)) * dt
         head = jnp.concatenate([jnp.zeros(1, dtype), jnp.full(1, n - 1, dtype), times])
@@ -198,13 +201,13 @@ def read(buf: jax.Array, n: int, dim: int, t: jax.Array, interp: np.ndarray) -> 
 
 def delayed_ctrl(m: Model, d: State, ctrl: jax.Array) -> jax.Array:
     """`ctrl` with each delayed actuator's input read at time - delay (mj_readCtrl)."""
-    for n, ids in actuator_buffers(m):
+    for n, dim, ids in actuator_buffers(m):
         adr = _np(m.actuator_historyadr)[ids]
         delay = m.actuator_delay[ids]
-        val = read(d.history[_slots(adr, n, 1)], n, 1, d.time - delay,
-                   _np(m.actuator_history)[ids, 1])[:, 0]
-        cadr = _np(m.actuator_ctrladr)[ids]
-        ctrl = ctrl.at[cadr].set(jnp.where(delay != 0, val, ctrl[cadr]))
+        val = read(d.history[_slots(adr, n, dim)], n, dim, d.time - delay,
+                   _np(m.actuator_history)[ids, 1])
+        cadr = _np(m.actuator_ctrladr)[ids][:, None] + np.arange(dim)
+        ctrl = ctrl.at[cadr].set(jnp.where((delay != 0)[:, None], val, ctrl[cadr]))
     return ctrl
 
 
@@ -238,10 +241,10 @@ def advance(m: Model, d: State, computed=None) -> jax.Array:
     h = d.history
     if not m.nhistory:
         return h
-    for n, ids in actuator_buffers(m):
-        sl = _slots(_np(m.actuator_historyadr)[ids], n, 1)
-        cadr = _np(m.actuator_ctrladr)[ids]
-        h = h.at[sl].set(insert(h[sl], n, 1, d.time, d.ctrl[cadr][:, None]))
+    for n, dim, ids in actuator_buffers(m):
+        sl = _slots(_np(m.actuator_historyadr)[ids], n, dim)
+        cadr = _np(m.actuator_ctrladr)[ids][:, None] + np.arange(dim)
+        h = h.at[sl].set(insert(h[sl], n, dim, d.time, d.ctrl[cadr]))
     adr_s = _np(m.sensor_adr)
     for n, dim, ids in sensor_buffers(m):
         sl = _slots(_np(m.sensor_historyadr)[ids], n, dim)
@@ -267,15 +270,19 @@ def _interp(default: int, interp: int) -> np.ndarray:
 
 def read_ctrl(m: Model, d: State, actuator: int, time, interp: int = -1) -> jax.Array:
     """The control of `actuator` at `time` - its delay, from its history buffer, or its
-    current ctrl when it has none (mj_readCtrl). interp: -1 the actuator's own, 0 zero-order
-    hold, 1 linear, 2 cubic."""
+    current ctrl when it has none (mj_readCtrl): a scalar, or (ctrlnum,) for an actuator
+    with several controls. interp: -1 the actuator's own, 0 zero-order hold, 1 linear,
+    2 cubic."""
     i = int(actuator)
     n, own = (int(x) for x in _np(m.actuator_history)[i])
+    dim, cadr = int(_np(m.actuator_ctrlnum)[i]), int(_np(m.actuator_ctrladr)[i])
     if n == 0:
-        return d.ctrl[int(_np(m.actuator_ctrladr)[i])]
-    buf = d.history[_slots(_np(m.actuator_historyadr)[[i]], n, 1)]
-    t = jnp.asarray(time, buf.dtype) - m.actuator_delay[i]
-    return read(buf, n, 1, t[None], _interp(own, interp))[0, 0]
+        val = d.ctrl[cadr:cadr + dim]
+    else:
+        buf = d.history[_slots(_np(m.actuator_historyadr)[[i]], n, dim)]
+        t = jnp.asarray(time, buf.dtype) - m.actuator_delay[i]
+        val = read(buf, n, dim, t[None], _interp(own, interp))[0]
+    return val[0] if dim == 1 else val
 
 
 def read_sensor(m: Model, d: State, sensor: int, time, interp: int = -1) -> jax.Array:
@@ -301,14 +308,16 @@ def _set_buffer(d: State, adr: int, n: int, dim: int, times, values, user) -> St
 
 
 def init_ctrl_history(m: Model, d: State, actuator: int, times, values) -> State:
-    """`d` with the history of `actuator` set to the samples `values` (n,) at the increasing
-    `times` (n,) (None keeps the current times) (mj_initCtrlHistory)."""
+    """`d` with the history of `actuator` set to the samples `values` (n,), or (n, ctrlnum)
+    for an actuator with several controls, at the increasing `times` (n,) (None keeps the
+    current times) (mj_initCtrlHistory)."""
     i = int(actuator)
     n = int(_np(m.actuator_history)[i, 0])
     if n == 0:
         raise ValueError(f"actuator {i} has no history buffer")
     adr = int(_np(m.actuator_historyadr)[i])
-    return _set_buffer(d, adr, n, 1, times, values, d.history[adr])
+    dim = int(_np(m.actuator_ctrlnum)[i])
+    return _set_buffer(d, adr, n, dim, times, values, d.history[adr])
 
 
 def init_sensor_history(m: Model, d: State, sensor: int, times, values, phase) -> State:

@@ -95,25 +95,30 @@ def integrate_pos(m: Model, qpos: jax.Array, qvel: jax.Array, dt) -> jax.Array:
 
 
 def _next_act(m: Model, d: State, act_dot: jax.Array) -> jax.Array:
-    """act after one step (mj_advance's activation part): mj_nextActivation per actuator,
-    zero rate for disabled actuator groups, set-point wrapping of rotational integrators."""
+    """act after one step (mj_advance's activation part): mj_nextActivation for every
+    activation variable, zero rate for disabled actuator groups, set-point wrapping of
+    rotational integrators, and the re-anchoring of SO3 integrator set-points."""
     if not m.na or m.opt.disableflags & DisableBit.ACTUATION:
         return d.act
-    actadr = _np(m.actuator_actadr)
-    stateful = np.nonzero(actadr >= 0)[0]
-    last = actadr[stateful] + _np(m.actuator_actnum)[stateful] - 1
+    actadr, actnum = _np(m.actuator_actadr), _np(m.actuator_actnum)
+    slot2act = np.repeat(np.arange(m.nactuator), np.maximum(actnum, 0))
     off = actuation._disabled(m)  # noqa: SLF001 -- MuJoCo's mj_actuatorDisabled
     if off.any():
-        mask = np.zeros(m.na, bool)
-        mask[last[off[stateful]]] = True
-        act_dot = jnp.where(jnp.asarray(mask), 0.0, act_dot)
-    nxt = actuation.next_activation(m, d, act_dot)[stateful]
-    integ = _np(m.actuator_dyntype)[stateful] == DynType.INTEGRATOR
-    if integ.any():
-        period = actuation._wrap_period(m)[stateful]  # noqa: SLF001
-        wrapped = actuation._wrap_setpoint(nxt, d.actuator_length[stateful], period)  # noqa: SLF001
-        nxt = jnp.where(jnp.asarray(integ), wrapped, nxt)
-    return d.act.at[last].set(nxt)
+        act_dot = jnp.where(jnp.asarray(off[slot2act]), 0.0, act_dot)
+    nxt = actuation.next_activation(m, d, act_dot)
+    dyn, outnum = _np(m.actuator_dyntype), _np(m.actuator_outnum)
+    integ = np.nonzero((dyn == DynType.INTEGRATOR) & (actadr >= 0) & (outnum == 1))[0]
+    if len(integ):
+        last = actadr[integ] + actnum[integ] - 1
+        period = actuation._wrap_period(m)[integ]  # noqa: SLF001
+        length = d.actuator_length[_np(m.actuator_outadr)[integ]]
+        nxt = nxt.at[last].set(actuation._wrap_setpoint(nxt[last], length, period))  # noqa: SLF001
+    so3 = np.nonzero((dyn == DynType.INTEGRATOR) & (actadr >= 0)
+                     & (_np(m.actuator_gaintype) == GainType.SO3))[0]
+    if len(so3):
+        adr = actadr[so3][:, None] + np.arange(3)
+        nxt = nxt.at[adr].set(actuation.so3_reanchor(nxt[adr]))
+    return nxt
 
 
 def _advance_history(m: Model, d: State) -> jax.Array:
@@ -183,47 +188,71 @@ def _poly_deriv(linear, poly, x):
 def actuator_vel_deriv(m: Model, d: State) -> jax.Array:
     """d qfrc_actuator / d qvel, (nv, nv). MuJoCo: mjd_actuator_vel.
 
-    moment' diag(b) moment with b = bias_vel + gain_vel * input; actuators in a disabled
-    group, whose force sits at a forcerange bound, or on a joint whose total actuator force
-    is clamped by actuatorfrcrange (probed on MuJoCo 4.0.0), contribute nothing.
+    moment' diag(b) moment with b = bias_vel + gain_vel * input per actuator, on each of its
+    output rows; actuators in a disabled group, whose force sits at a forcerange bound (the
+    norm bound for SO3), or on a joint whose total actuator force is clamped by
+    actuatorfrcrange (probed on MuJoCo 4.0.0), contribute nothing. DC motors: the back-EMF
+    and controller terms through the (thermal) resistance, the current's first-order lag,
+    no controller term while the voltage limit or the current-rate limit is active, and
+    the LuGre bristle damping.
     """
     dt = _dtype(m)
-    nu = m.nu
-    if not nu or not m.nv or m.opt.disableflags & DisableBit.ACTUATION:
+    if not m.nactuator or not m.nv or m.opt.disableflags & DisableBit.ACTUATION:
         return jnp.zeros((m.nv, m.nv), dt)
     gain_t, bias_t = _np(m.actuator_gaintype), _np(m.actuator_biastype)
-    bias_vel = jnp.where(jnp.asarray(bias_t == BiasType.AFFINE), m.actuator_biasprm[:, 2], 0.0)
+    outadr = _np(m.actuator_outadr)
+    length, velocity = d.actuator_length[outadr], d.actuator_velocity[outadr]
+    affine_bias = np.isin(bias_t, (BiasType.AFFINE, BiasType.SO3))
+    bias_vel = jnp.where(jnp.asarray(affine_bias), m.actuator_biasprm[:, 2], 0.0)
     gain_vel = jnp.where(jnp.asarray(gain_t == GainType.AFFINE), m.actuator_gainprm[:, 2], 0.0)
     if (gain_t == GainType.MUSCLE).any():
         def gain(v):
-            return actuation.muscle_gain(d.actuator_length, v, m.actuator_lengthrange,
-                                         m.actuator_acc0, m.actuator_gainprm)
-        v = d.actuator_velocity
-        mg = jax.jvp(gain, (v,), (jnp.ones_like(v),))[1]
+            return actuation.muscle_gain(length, v, m.actuator_lengthrange[outadr],
+                                         m.actuator_acc0[outadr], m.actuator_gainprm)
+        mg = jax.jvp(gain, (velocity,), (jnp.ones_like(velocity),))[1]
         gain_vel = jnp.where(jnp.asarray(gain_t == GainType.MUSCLE), mg, gain_vel)
 
     # input: the raw control (MuJoCo does not clamp it here), or the (next) activation
-    inp = d.ctrl[_np(m.actuator_ctrladr)]
+    inp = actuation._first(m, d.ctrl)  # noqa: SLF001
     actadr = _np(m.actuator_actadr)
     if m.na:
         last = np.maximum(actadr + _np(m.actuator_actnum) - 1, 0)
         act = d.act[last]
         early = np.asarray(m.actuator_actearly, bool)
         if early.any():
-            act = jnp.where(jnp.asarray(early), actuation.next_activation(m, d, d.act_dot), act)
+            nxt = actuation.next_activation(m, d, d.act_dot)
+            act = jnp.where(jnp.asarray(early), nxt[last], act)
         inp = jnp.where(jnp.asarray(actadr >= 0), act, inp)
     b = bias_vel + gain_vel * inp
+    force = d.actuator_force[outadr]
+
+    dcm = np.nonzero(gain_t == GainType.DCMOTOR)[0]
+    if len(dcm):
+        b = b.at[dcm].set(_dc_vel_deriv(m, d, dcm))
+        # the saturation test sees the force before the cogging and friction terms
+        bp, dp = m.actuator_biasprm[dcm], m.actuator_dynprm[dcm]
+        has, idx = actuation._dc_slots(m, dcm)["bristle"]  # noqa: SLF001
+        mech = jnp.where(bp[:, 0] != 0, bp[:, 0] * jnp.sin(bp[:, 1] * length[dcm] + bp[:, 2]), 0.0)
+        mech = mech - jnp.where(has, dp[:, 5] * actuation._act_at(d.act, idx, has)  # noqa: SLF001
+                                + dp[:, 6] * actuation._act_at(d.act_dot, idx, has), 0.0)  # noqa: SLF001
+        force = force.at[dcm].add(-mech)
 
     off = actuation._disabled(m)  # noqa: SLF001
     if off.any():
         b = jnp.where(jnp.asarray(off), 0.0, b)
     flim = np.asarray(m.actuator_forcelimited, bool)
     if flim.any():
-        f, rng = d.actuator_force, m.actuator_forcerange
-        sat = jnp.asarray(flim) & ((f <= rng[:, 0]) | (f >= rng[:, 1]))
-        b = jnp.where(sat, 0.0, b)
+        rng = m.actuator_forcerange
+        sat = (force <= rng[:, 0]) | (force >= rng[:, 1])
+        so3 = np.nonzero(gain_t == GainType.SO3)[0]
+        if len(so3):
+            # a clamped force has norm forcerange[1] up to rounding, which decides
+            # MuJoCo's own test (|f| >= forcerange[1]) either way: take it as saturated
+            nrm = math.norm(d.actuator_force[outadr[so3][:, None] + np.arange(3)])
+            sat = sat.at[so3].set(nrm >= rng[so3, 1] * (1 - 1e-12))
+        b = jnp.where(jnp.asarray(flim) & sat, 0.0, b)
     # actuators on a joint whose total actuator force is clamped (actuatorfrcrange)
-    trn, jid = _np(m.actuator_trntype), _np(m.actuator_trnid)[:, 0]
+    trn, jid = _np(m.actuator_trntype), _np(m.actuator_trnid).reshape(-1, 2)[:, 0]
     jlim = np.asarray(m.jnt_actfrclimited, bool)
     onjnt = np.isin(trn, (TrnType.JOINT, TrnType.JOINTINPARENT)) & (jid >= 0)
     sel = np.nonzero(onjnt & jlim[np.clip(jid, 0, max(m.njnt - 1, 0))])[0] if m.njnt else []
@@ -234,7 +263,46 @@ def actuator_vel_deriv(m: Model, d: State) -> jax.Array:
         sat = (tot <= rng[:, 0]) | (tot >= rng[:, 1])
         b = b.at[sel].set(jnp.where(sat, 0.0, b[sel]))
     mom = d.actuator_moment
+    b = b[m.out2act()]
     return mom.T @ (b[:, None] * mom)
+
+
+def _dc_vel_deriv(m: Model, d: State, dcm: np.ndarray) -> jax.Array:
+    """d force / d velocity of DC motors (before the forcerange test)."""
+    h = m.opt.timestep
+    gp, dp = m.actuator_gainprm[dcm], m.actuator_dynprm[dcm]
+    sl = actuation._dc_slots(m, dcm)  # noqa: SLF001
+    outadr = _np(m.actuator_outadr)[dcm]
+    ln, v = d.actuator_length[outadr], d.actuator_velocity[outadr]
+    R0, K, te = gp[:, 0], gp[:, 1], dp[:, 0]
+    R = jnp.maximum(math.MINVAL, actuation._dc_resistance(m, dcm, d.act, sl))  # noqa: SLF001
+    spec = _np(m.actuator_ctrlspec)[dcm]
+    ctl = jnp.asarray(((spec & 7) != 0) & (spec != 16))
+    safe_k = jnp.where(K == 0, 1.0, K)
+    dvdw = jnp.where(ctl, -gp[:, 6] * R0 / safe_k + K, 0.0)
+    # the drive voltage from the raw controls, slew-limited
+    first = actuation._first(m, d.ctrl)[dcm]  # noqa: SLF001
+    has, idx = sl["slew"]
+    a_s = actuation._act_at(d.act, idx, has)  # noqa: SLF001
+    step = dp[:, 7] * h
+    first = jnp.where(has, jnp.clip(first, a_s - step, a_s + step), first)
+    has, idx = sl["integral"]
+    xi = actuation._act_at(d.act, idx, has)  # noqa: SLF001
+    inp = actuation._inputs(m, dcm, d.ctrl, first)  # noqa: SLF001
+    raw = actuation._dc_drive(m, dcm, inp, ln, v, xi, clamp=False)  # noqa: SLF001
+    volt_in = inp[3]
+    vmax = gp[:, 7]
+    dvdw = jnp.where((vmax > 0) & ctl & (jnp.abs(raw - volt_in) >= vmax), 0.0, dvdw)
+    # the current-rate limit (from the clamped drive voltage)
+    has_c, idx_c = sl["current"]
+    cur = actuation._act_at(d.act, idx_c, has_c)  # noqa: SLF001
+    volt = actuation._dc_drive(m, dcm, inp, ln, v, xi)  # noqa: SLF001
+    idot = (volt / R - K / R * v - cur) / jnp.where(te > 0, te, 1.0)
+    clipped = (te > 0) & (dp[:, 1] > 0) & (jnp.abs(idot) >= dp[:, 1])
+    lag = 1 - jnp.exp(-h / jnp.where(te > 0, te, 1.0))
+    b = jnp.where(te > 0, jnp.where(clipped, 0.0, K * (dvdw - K) * lag / R),
+                  -K * K / R + K * dvdw / R)
+    return b - jnp.where(dp[:, 6] > 0, dp[:, 6], 0.0)
 
 
 def damping_vel_deriv(m: Model, d: State) -> jax.Array:
@@ -347,7 +415,7 @@ def _dof_damped(m: Model) -> jax.Array:
     its joint an actuator with damping, polynomial damping or armature (jnt_actuatorid)."""
     jnt = _np(m.dof_jntid)
     damped = (m.dof_damping > 0) | jnp.any(m.dof_dampingpoly != 0, axis=-1)
-    if m.nu:
+    if m.nactuator:
         sel = np.nonzero(np.isin(_np(m.actuator_trntype),
                                  (TrnType.JOINT, TrnType.JOINTINPARENT)))[0]
         if len(sel):

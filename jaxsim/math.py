@@ -137,6 +137,19 @@ def quat_to_vel(q: jax.Array, dt: jax.Array | float = 1.0) -> jax.Array:
     return v * (ratio / dt)[..., None]
 
 
+def vel_to_quat(v: jax.Array) -> jax.Array:
+    """Unit quaternion of the rotation vector v (axis * angle): the exponential map.
+
+    The identity below mjMINVAL, as MuJoCo; sin(angle/2) / angle tends to 1/2, which keeps
+    the value and the gradient finite at zero rotation.
+    """
+    th = norm(v)
+    small = th < MINVAL
+    half = 0.5 * th
+    s = jnp.where(small, 0.5, jnp.sin(half) / jnp.where(small, 1.0, th))
+    return jnp.concatenate([jnp.cos(half)[..., None], v * s[..., None]], axis=-1)
+
+
 def sub_quat(qa: jax.Array, qb: jax.Array) -> jax.Array:
     """Rotation vector r with qb * quat(r) = qa (mju_subQuat)."""
     return quat_to_vel(quat_mul(quat_neg(qb), qa), 1.0)

@@ -56,13 +56,13 @@ def actuator_damping(m: Model, trn: tuple, n: int) -> tuple[jax.Array, jax.Array
     dt = _dtype(m)
     lin = jnp.zeros(n, dt)
     poly = jnp.zeros((n, 2), dt)
-    if not m.nu or not n:
+    if not m.nactuator or not n:
         return lin, poly
     sel = np.nonzero(np.isin(_np(m.actuator_trntype), trn))[0]
     if not len(sel):
         return lin, poly
     tgt = _np(m.actuator_trnid)[sel, 0]
-    g2 = m.actuator_gear[sel, 0] ** 2
+    g2 = m.actuator_gear[_np(m.actuator_outadr)[sel], 0] ** 2
     lin = lin.at[tgt].add(m.actuator_damping[sel] * g2)
     poly = poly.at[tgt].add(m.actuator_dampingpoly[sel] * g2[:, None])
     return lin, poly
@@ -113,10 +113,10 @@ def tendon_actuator_velocity(m: Model, d: State) -> State:
     """
     dt = _dtype(m)
     ten_velocity = d.ten_J @ d.qvel if m.ntendon else jnp.zeros(0, dt)
-    if m.nu and not m.opt.disableflags & DisableBit.ACTUATION:
+    if m.nout and not m.opt.disableflags & DisableBit.ACTUATION:
         act_velocity = d.actuator_moment @ d.qvel
     else:
-        act_velocity = jnp.zeros(m.nu, dt)
+        act_velocity = jnp.zeros(m.nout, dt)
     return d.replace(ten_velocity=ten_velocity, actuator_velocity=act_velocity)
 
 

@@ -259,11 +259,12 @@ def tendon_force(m: Model, d: State) -> jax.Array:
     fs, fd = passive.tendon_passive(m, d, not flags & DisableBit.SPRING,
                                     not flags & DisableBit.DAMPER)
     F = fs + fd
-    if m.nu:
+    if m.nactuator:
         trn, tid = _np(m.actuator_trntype), _np(m.actuator_trnid).reshape(-1, 2)[:, 0]
         sel = np.nonzero(trn == TrnType.TENDON)[0]
         if len(sel):
-            F = F.at[tid[sel]].add(d.actuator_force[sel] * m.actuator_gear[sel, 0])
+            row = _np(m.actuator_outadr)[sel]
+            F = F.at[tid[sel]].add(d.actuator_force[row] * m.actuator_gear[row, 0])
     p = constraint.plan(m, d.contact.dist.shape[0])
     if p.nfixed == 0 or d.efc_force.shape[0] != p.nefc:
         return F

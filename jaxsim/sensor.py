@@ -73,10 +73,14 @@ def unsupported(m: Model) -> list[tuple[int, str]]:
 
 
 def _groups(m: Model, types: frozenset) -> list[tuple[int, np.ndarray]]:
-    """(type, sensor ids) of the sensors whose type is in `types`, in order of appearance."""
+    """(type, sensor ids) of the sensors whose type is in `types`, in order of appearance;
+    actuator sensors also by dimension (one value per actuator output)."""
     st = _np(m.sensor_type)
-    present = [t for t in dict.fromkeys(st.tolist()) if t in types]
-    return [(t, np.nonzero(st == t)[0]) for t in present]
+    key = np.where(np.isin(st, (S.ACTUATORPOS, S.ACTUATORVEL, S.ACTUATORFRC)),
+                   _np(m.sensor_dim), 0)
+    present = [tk for tk in dict.fromkeys(zip(st.tolist(), key.tolist(), strict=True))
+               if tk[0] in types]
+    return [(t, np.nonzero((st == t) & (key == k))[0]) for t, k in present]
 
 
 # ------------------------------------------------------------------------------ frames
@@ -496,6 +500,12 @@ def _cam_project(m: Model, d: State, site: np.ndarray, cam: np.ndarray) -> jax.A
                       f[:, 1] * (p[:, 1] / den) + 0.5 * res[:, 1]], axis=1)
 
 
+def _actuator_rows(m: Model, x: jax.Array, objid: np.ndarray) -> jax.Array:
+    """(k, outnum) output rows of the actuators `objid` (all with the same outnum)."""
+    n = int(_np(m.actuator_outnum)[objid[0]])
+    return x[_np(m.actuator_outadr)[objid][:, None] + np.arange(n)]
+
+
 def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
     """Values (k, dim) of the sensors `ids`, all of type `typ`."""
     dt = d.qpos.dtype
@@ -512,7 +522,7 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
     if typ == S.TENDONPOS:
         return col(d.ten_length[objid])
     if typ == S.ACTUATORPOS:
-        return col(d.actuator_length[objid])
+        return _actuator_rows(m, d.actuator_length, objid)
     if typ == S.BALLQUAT:
         return math.normalize_quat(d.qpos[_np(m.jnt_qposadr)[objid][:, None] + np.arange(4)])
     if typ in (S.JOINTLIMITPOS, S.TENDONLIMITPOS, S.JOINTLIMITVEL, S.TENDONLIMITVEL,
@@ -557,7 +567,7 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
     if typ == S.TENDONVEL:
         return col(d.ten_velocity[objid])
     if typ == S.ACTUATORVEL:
-        return col(d.actuator_velocity[objid])
+        return _actuator_rows(m, d.actuator_velocity, objid)
     if typ == S.BALLANGVEL:
         return d.qvel[_np(m.jnt_dofadr)[objid][:, None] + np.arange(3)]
     if typ in (S.FRAMELINVEL, S.FRAMEANGVEL):
@@ -587,14 +597,17 @@ def _compute(m: Model, d: State, typ: int, ids: np.ndarray) -> jax.Array:
         f = _transform_force(d.cfrc_int[body], d.site_xpos[objid], com, d.site_xmat[objid])
         return f[:, 3:] if typ == S.FORCE else f[:, :3]
     if typ == S.ACTUATORFRC:
-        return col(d.actuator_force[objid])
+        return _actuator_rows(m, d.actuator_force, objid)
     if typ == S.JOINTACTFRC:
         return col(d.qfrc_actuator[_np(m.jnt_dofadr)[objid]])
     if typ == S.TENDONACTFRC:
         trn = _np(m.actuator_trntype)
-        tid = _np(m.actuator_trnid).reshape(-1, 2)[:, 0] if m.nu else np.zeros(0, np.int64)
-        sel = (trn[None] == TrnType.TENDON) & (tid[None] == objid[:, None])  # (k, nu)
-        return col(jnp.asarray(sel, dt) @ d.actuator_force if m.nu else jnp.zeros(k, dt))
+        tid = (_np(m.actuator_trnid).reshape(-1, 2)[:, 0] if m.nactuator
+               else np.zeros(0, np.int64))
+        sel = (trn[None] == TrnType.TENDON) & (tid[None] == objid[:, None])  # (k, nactuator)
+        if not m.nactuator:
+            return col(jnp.zeros(k, dt))
+        return col(jnp.asarray(sel, dt) @ d.actuator_force[_np(m.actuator_outadr)])
     if typ in (S.FRAMELINACC, S.FRAMEANGACC):
         acc = object_acceleration(m, d, objtype, objid, local=False)
         return acc[:, 3:] if typ == S.FRAMELINACC else acc[:, :3]

@@ -119,8 +119,9 @@ def _either_awake(s1, s2):
 
 
 def actuator_asleep(m: Model, tree_asleep: jax.Array) -> jax.Array:
-    """(nu,) bool: actuators whose transmission target sleeps (mj_sleepState, ACTUATOR)."""
-    if not m.nu:
+    """(nactuator,) bool: actuators whose transmission target sleeps (mj_sleepState,
+    ACTUATOR)."""
+    if not m.nactuator:
         return jnp.zeros(0, bool)
     bs, ts = body_state(m, tree_asleep), _tendon_state(m, tree_asleep)
     out = []
@@ -138,6 +139,11 @@ def actuator_asleep(m: Model, tree_asleep: jax.Array) -> jax.Array:
             s = object_state(m, bs, ts, ObjType.SITE, i)
         elif t == TrnType.BODY:
             s = bs[i]
+        elif t == TrnType.SO3 and j < 0:  # a ball joint
+            s = object_state(m, bs, ts, ObjType.JOINT, i)
+        elif t == TrnType.SO3:  # a site and its reference site
+            s = _either_awake(object_state(m, bs, ts, ObjType.SITE, i),
+                              object_state(m, bs, ts, ObjType.SITE, j))
         else:
             s = jnp.asarray(SleepState.AWAKE, jnp.int32)
         out.append(s == SleepState.ASLEEP)
@@ -487,11 +493,12 @@ def hold(m: Model, d_in: State, d: State, sensors: bool) -> State:
     for f in ("qacc", "qacc_smooth", "qfrc_smooth", "qfrc_actuator", "qfrc_bias",
               "qfrc_passive", "qfrc_spring", "qfrc_damper", "qfrc_gravcomp", "qfrc_fluid"):
         rep[f] = jnp.where(ds, getattr(d_in, f), getattr(d, f))
-    if m.nu:
+    if m.nactuator:
         aa = actuator_asleep(m, ta)
-        rep["actuator_force"] = jnp.where(aa, d_in.actuator_force, d.actuator_force)
+        rep["actuator_force"] = jnp.where(aa[m.out2act()], d_in.actuator_force,
+                                          d.actuator_force)
         if m.na:
-            act_of = np.repeat(np.arange(m.nu), np.maximum(_i(m.actuator_actnum), 0))
+            act_of = np.repeat(np.arange(m.nactuator), np.maximum(_i(m.actuator_actnum), 0))
             rep["act_dot"] = jnp.where(aa[act_of], d_in.act_dot, d.act_dot)
     if sensors and m.nsensor:
         sa = sensor_asleep(m, ta)

@@ -499,18 +499,20 @@ def transmission(m: Model, d: State) -> State:
     Joint, jointinparent, tendon, site (with and without refsite) and slider-crank.
     Body transmissions (adhesion) get length 0 and a zero moment here: their moment is
     the average contact-normal Jacobian, which needs the contacts of the current step.
-    SO3 transmissions (several rows per actuator) are not supported by the (nu, nv)
-    layout and are left zero.
+    SO3 transmissions (a ball joint, or a site with a reference site) fill three rows: the
+    rotation as a rotation vector, and the rotational Jacobian in the child (site) frame.
+    Each actuator writes the rows from its actuator_outadr; gear is read from that row.
     """
-    nu, nv = m.nu, m.nv
+    nv = m.nv
     dt = _dtype(m)
-    if not nu:
+    if not m.nactuator:
         return d
-    length = jnp.zeros(nu, dt)
-    moment = jnp.zeros((nu, nv), dt)
+    length = jnp.zeros(m.nout, dt)
+    moment = jnp.zeros((m.nout, nv), dt)
     trntype = _np(m.actuator_trntype)
     trnid = _np(m.actuator_trnid)
-    gear = m.actuator_gear
+    orow = _np(m.actuator_outadr)
+    gear = m.actuator_gear[orow]  # the first output row's gear, per actuator
     jtype, qadr, dofadr = _np(m.jnt_type), _np(m.jnt_qposadr), _np(m.jnt_dofadr)
     site_body = _np(m.site_bodyid)
 
@@ -521,8 +523,8 @@ def transmission(m: Model, d: State) -> State:
     scalar = np.nonzero(isjnt & np.isin(jtype[jid], (JointType.HINGE, JointType.SLIDE)))[0]
     if len(scalar):
         j = jid[scalar]
-        length = length.at[scalar].set(d.qpos[qadr[j]] * gear[scalar, 0])
-        moment = moment.at[scalar, dofadr[j]].set(gear[scalar, 0])
+        length = length.at[orow[scalar]].set(d.qpos[qadr[j]] * gear[scalar, 0])
+        moment = moment.at[orow[scalar], dofadr[j]].set(gear[scalar, 0])
     ball = np.nonzero(isjnt & (jtype[jid] == JointType.BALL))[0]
     if len(ball):
         j = jid[ball]
@@ -532,8 +534,8 @@ def transmission(m: Model, d: State) -> State:
             jnp.asarray(inparent[ball])[:, None],
             math.rot_vec_quat(gear[ball, :3], math.quat_neg(quat)), gear[ball, :3],
         )
-        length = length.at[ball].set(jnp.sum(axis * gax, -1))
-        moment = moment.at[ball[:, None], dofadr[j][:, None] + np.arange(3)].set(gax)
+        length = length.at[orow[ball]].set(jnp.sum(axis * gax, -1))
+        moment = moment.at[orow[ball][:, None], dofadr[j][:, None] + np.arange(3)].set(gax)
     free = np.nonzero(isjnt & (jtype[jid] == JointType.FREE))[0]
     if len(free):
         j = jid[free]
@@ -543,14 +545,14 @@ def transmission(m: Model, d: State) -> State:
             math.rot_vec_quat(gear[free, 3:6], math.quat_neg(quat)), gear[free, 3:6],
         )
         val = jnp.concatenate([gear[free, :3], gax], -1)
-        moment = moment.at[free[:, None], dofadr[j][:, None] + np.arange(6)].set(val)
+        moment = moment.at[orow[free][:, None], dofadr[j][:, None] + np.arange(6)].set(val)
 
     # tendon transmissions
     ten = np.nonzero(trntype == TrnType.TENDON)[0]
     if len(ten):
         t = trnid[ten, 0]
-        length = length.at[ten].set(d.ten_length[t] * gear[ten, 0])
-        moment = moment.at[ten].set(d.ten_J[t] * gear[ten, 0][:, None])
+        length = length.at[orow[ten]].set(d.ten_length[t] * gear[ten, 0])
+        moment = moment.at[orow[ten]].set(d.ten_J[t] * gear[ten, 0][:, None])
 
     # slider-crank
     sc = np.nonzero(trntype == TrnType.SLIDERCRANK)[0]
@@ -573,8 +575,8 @@ def transmission(m: Model, d: State) -> State:
         jacP, _ = jac(m, d, d.site_xpos[sid], site_body[sid])
         jacA = jnp.cross(jnp.swapaxes(jacR, 1, 2), axis[:, None, :])  # (k, nv, 3)
         row = jnp.einsum("ki,kvi->kv", dlda, jacA) + jnp.einsum("ki,kiv->kv", dldv, jacP - jacS)
-        length = length.at[sc].set(ln * gear[sc, 0])
-        moment = moment.at[sc].set(row * gear[sc, 0][:, None])
+        length = length.at[orow[sc]].set(ln * gear[sc, 0])
+        moment = moment.at[orow[sc]].set(row * gear[sc, 0][:, None])
 
     # site transmissions
     site = np.nonzero(trntype == TrnType.SITE)[0]
@@ -587,7 +589,7 @@ def transmission(m: Model, d: State) -> State:
             wt = jnp.einsum("kij,kj->ki", d.site_xmat[s], gear[a, :3])
             wr = jnp.einsum("kij,kj->ki", d.site_xmat[s], gear[a, 3:6])
             row = jnp.einsum("ki,kiv->kv", wt, jp[noref]) + jnp.einsum("ki,kiv->kv", wr, jr[noref])
-            moment = moment.at[a].set(row)
+            moment = moment.at[orow[a]].set(row)
         withref = np.nonzero(ref >= 0)[0]
         if len(withref):
             a, s, r = site[withref], sid[withref], ref[withref]
@@ -605,8 +607,32 @@ def transmission(m: Model, d: State) -> State:
             ln = ln + jnp.sum(rvec * gear[a, 3:6], -1)
             wr = jnp.einsum("kij,kj->ki", rmat, gear[a, 3:6])
             row = row + jnp.einsum("ki,kiv->kv", wr, (jr[withref] - jrr) * keep)
-            length = length.at[a].set(ln)
-            moment = moment.at[a].set(row)
+            length = length.at[orow[a]].set(ln)
+            moment = moment.at[orow[a]].set(row)
+
+    # SO3: three rows per actuator
+    so3 = np.nonzero(trntype == TrnType.SO3)[0]
+    ballj = so3[trnid[so3, 1] < 0]
+    if len(ballj):
+        j = trnid[ballj, 0]
+        rows = orow[ballj][:, None] + np.arange(3)
+        quat = math.normalize_quat(d.qpos[qadr[j][:, None] + np.arange(4)])
+        length = length.at[rows].set(math.quat_to_vel(quat))
+        moment = moment.at[rows, dofadr[j][:, None] + np.arange(3)].set(1.0)
+    sites = so3[trnid[so3, 1] >= 0]
+    if len(sites):
+        s, r = trnid[sites, 0], trnid[sites, 1]
+        rows = orow[sites][:, None] + np.arange(3)
+        quat = math.quat_mul(d.xquat[site_body[s]], m.site_quat[s])
+        rquat = math.quat_mul(d.xquat[site_body[r]], m.site_quat[r])
+        keep = np.stack([~_common_chain(m, site_body[x], site_body[y])
+                         for x, y in zip(s, r, strict=True)])
+        _, jrs = jac(m, d, d.site_xpos[s], site_body[s])
+        _, jrr = jac(m, d, d.site_xpos[r], site_body[r])
+        jrel = (jrs - jrr) * jnp.asarray(keep, dt)[:, None, :]
+        length = length.at[rows].set(math.sub_quat(quat, rquat))
+        # row k: the site's k-th axis projected on the relative rotational Jacobian
+        moment = moment.at[rows].set(jnp.einsum("kij,kiv->kjv", d.site_xmat[s], jrel))
 
     return d.replace(actuator_length=length, actuator_moment=moment)
 
@@ -618,12 +644,12 @@ def _actuator_armature(m: Model, trn_types: tuple, n: int) -> jax.Array:
     """Armature inherited from actuators by joints or tendons (mj_actuatorArmature)."""
     dt = _dtype(m)
     out = jnp.zeros(n, dt)
-    if not m.nu or not n:
+    if not m.nactuator or not n:
         return out
     sel = np.nonzero(np.isin(_np(m.actuator_trntype), trn_types))[0]
     if not len(sel):
         return out
-    arm = m.actuator_armature[sel] * m.actuator_gear[sel, 0] ** 2
+    arm = m.actuator_armature[sel] * m.actuator_gear[_np(m.actuator_outadr)[sel], 0] ** 2
     return out.at[_np(m.actuator_trnid)[sel, 0]].add(arm)
 
 

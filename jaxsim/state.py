@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim.struct import shape_of
-from jaxsim.types import Contact, Model, SleepPolicy, State
+from jaxsim.types import Contact, CtrlChart, GainType, Model, SleepPolicy, State
 
 _INT_FIELDS = ("ten_wrapadr", "ten_wrapnum", "wrap_obj", "ncon", "maxuse_con", "warning",
                "efc_state", "solver_niter", "tree_asleep", "tree_island")
@@ -45,6 +45,10 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
         bodies = np.array([int(np.nonzero(mocap == k)[0][0]) for k in range(model.nmocap)])
         fields["mocap_pos"] = jnp.asarray(model.body_pos, dt)[bodies]
         fields["mocap_quat"] = jnp.asarray(model.body_quat, dt)[bodies]
+    quat = ((np.asarray(model.actuator_gaintype) == GainType.SO3)
+            & (np.asarray(model.actuator_ctrlspec) == CtrlChart.QUAT))
+    if quat.any():  # a quaternion set-point resets to the identity (mj_resetCtrl)
+        fields["ctrl"] = fields["ctrl"].at[np.asarray(model.actuator_ctrladr)[quat]].set(1.0)
     from jaxsim.history import init as _init_history
 
     fields["history"] = _init_history(model)

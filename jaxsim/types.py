@@ -189,6 +189,24 @@ class GainType(enum.IntEnum):
     USER = 6
 
 
+class CtrlChart(enum.IntEnum):
+    """Input chart of an SO3 actuator (actuator_ctrlspec; mjtCtrlChart)."""
+
+    EXPMAP = 1
+    QUAT = 2
+
+
+class CtrlInput(enum.IntFlag):
+    """Input bits of pid and dcmotor actuators (actuator_ctrlspec; mjtCtrlInput)."""
+
+    POS = 1
+    VEL = 2
+    FF = 4
+    VOLTAGE = 8
+    NONE = 16
+    PRESSURE = 32
+
+
 class BiasType(enum.IntEnum):
     NONE = 0
     AFFINE = 1
@@ -396,7 +414,7 @@ class Option(Struct):
 # ------------------------------------------------------------------------------------ model
 
 _SIZES = (
-    "nq nv nu na nbody njnt ngeom nsite ncam nlight nmesh nmeshvert nmeshface "
+    "nq nv nu nactuator nout na nbody njnt ngeom nsite ncam nlight nmesh nmeshvert nmeshface "
     "nmeshgraph npoly npolyvert nhfield nhfielddata nmat npair nexclude neq ntendon nwrap nsensor "
     "nsensordata nnumeric nnumericdata ntext ntextdata ntuple ntupledata nkey nmocap "
     "nuser_body nuser_jnt nuser_geom nuser_site nuser_cam nuser_tendon nuser_actuator "
@@ -411,7 +429,9 @@ class Model(Struct):
     # sizes
     nq: int = static("()", "number of generalized coordinates")
     nv: int = static("()", "number of degrees of freedom")
-    nu: int = static("()", "number of actuators (controls)")
+    nu: int = static("()", "number of controls")
+    nactuator: int = static("()", "number of actuators")
+    nout: int = static("()", "number of actuator outputs (rows of actuator_moment)")
     na: int = static("()", "number of activation states")
     nbody: int = static("()", "number of bodies, world included")
     njnt: int = static("()", "number of joints")
@@ -728,38 +748,41 @@ class Model(Struct):
     flexedge_invweight0: Array = leaf("(nflexedge,)", "edge inverse weights at qpos0")
 
     # actuators
-    actuator_trntype: np.ndarray = static("(nu,)", "transmission type (TrnType)")
-    actuator_dyntype: np.ndarray = static("(nu,)", "dynamics type (DynType)")
-    actuator_gaintype: np.ndarray = static("(nu,)", "gain type (GainType)")
-    actuator_biastype: np.ndarray = static("(nu,)", "bias type (BiasType)")
-    actuator_trnid: np.ndarray = static("(nu, 2)", "transmission ids: joint/tendon/site, refsite")
-    actuator_actadr: np.ndarray = static("(nu,)", "first activation address, -1 if stateless")
-    actuator_actnum: np.ndarray = static("(nu,)", "number of activation variables")
-    actuator_ctrladr: np.ndarray = static("(nu,)", "first control address")
-    actuator_ctrlnum: np.ndarray = static("(nu,)", "number of controls")
-    actuator_group: np.ndarray = static("(nu,)", "group for visibility and disabling")
-    actuator_history: np.ndarray = static("(nu, 2)", "history buffer: number of samples, interpolation")
-    actuator_historyadr: np.ndarray = static("(nu,)", "address in the history buffer")
+    actuator_trntype: np.ndarray = static("(nactuator,)", "transmission type (TrnType)")
+    actuator_dyntype: np.ndarray = static("(nactuator,)", "dynamics type (DynType)")
+    actuator_gaintype: np.ndarray = static("(nactuator,)", "gain type (GainType)")
+    actuator_biastype: np.ndarray = static("(nactuator,)", "bias type (BiasType)")
+    actuator_trnid: np.ndarray = static("(nactuator, 2)", "transmission ids: joint/tendon/site, refsite")
+    actuator_actadr: np.ndarray = static("(nactuator,)", "first activation address, -1 if stateless")
+    actuator_actnum: np.ndarray = static("(nactuator,)", "number of activation variables")
+    actuator_ctrladr: np.ndarray = static("(nactuator,)", "first control address")
+    actuator_ctrlnum: np.ndarray = static("(nactuator,)", "number of controls")
+    actuator_ctrlspec: np.ndarray = static("(nactuator,)", "input signature: SO3 chart or pid/dcmotor input bits")
+    actuator_outadr: np.ndarray = static("(nactuator,)", "first output address (row of actuator_moment)")
+    actuator_outnum: np.ndarray = static("(nactuator,)", "number of outputs")
+    actuator_group: np.ndarray = static("(nactuator,)", "group for visibility and disabling")
+    actuator_history: np.ndarray = static("(nactuator, 2)", "history buffer: number of samples, interpolation")
+    actuator_historyadr: np.ndarray = static("(nactuator,)", "address in the history buffer")
     actuator_ctrllimited: np.ndarray = static("(nu,)", "whether controls are clamped")
-    actuator_forcelimited: np.ndarray = static("(nu,)", "whether force is clamped")
-    actuator_actlimited: np.ndarray = static("(nu,)", "whether activation is clamped")
-    actuator_actearly: np.ndarray = static("(nu,)", "whether the force uses the next activation")
-    actuator_delay: Array = leaf("(nu,)", "control delay (s)")
-    actuator_dynprm: Array = leaf("(nu, 10)", "dynamics parameters")
-    actuator_gainprm: Array = leaf("(nu, 10)", "gain parameters")
-    actuator_biasprm: Array = leaf("(nu, 10)", "bias parameters")
-    actuator_damping: Array = leaf("(nu,)", "damping applied along the transmission")
-    actuator_dampingpoly: Array = leaf("(nu, 2)", "second and third order damping")
-    actuator_armature: Array = leaf("(nu,)", "armature inertia along the transmission")
+    actuator_forcelimited: np.ndarray = static("(nactuator,)", "whether force is clamped")
+    actuator_actlimited: np.ndarray = static("(nactuator,)", "whether activation is clamped")
+    actuator_actearly: np.ndarray = static("(nactuator,)", "whether the force uses the next activation")
+    actuator_delay: Array = leaf("(nactuator,)", "control delay (s)")
+    actuator_dynprm: Array = leaf("(nactuator, 10)", "dynamics parameters")
+    actuator_gainprm: Array = leaf("(nactuator, 10)", "gain parameters")
+    actuator_biasprm: Array = leaf("(nactuator, 10)", "bias parameters")
+    actuator_damping: Array = leaf("(nactuator,)", "damping applied along the transmission")
+    actuator_dampingpoly: Array = leaf("(nactuator, 2)", "second and third order damping")
+    actuator_armature: Array = leaf("(nactuator,)", "armature inertia along the transmission")
     actuator_ctrlrange: Array = leaf("(nu, 2)", "range of controls")
-    actuator_forcerange: Array = leaf("(nu, 2)", "range of forces")
-    actuator_actrange: Array = leaf("(nu, 2)", "range of activations")
-    actuator_gear: Array = leaf("(nu, 6)", "scale length and transmitted force")
-    actuator_cranklength: Array = leaf("(nu,)", "crank length for slider-crank")
-    actuator_acc0: Array = leaf("(nu,)", "acceleration from unit force at qpos0")
-    actuator_length0: Array = leaf("(nu,)", "actuator length at qpos0")
-    actuator_lengthrange: Array = leaf("(nu, 2)", "feasible actuator length range")
-    actuator_user: Array = leaf("(nu, nuser_actuator)", "user data")
+    actuator_forcerange: Array = leaf("(nactuator, 2)", "range of forces")
+    actuator_actrange: Array = leaf("(nactuator, 2)", "range of activations")
+    actuator_gear: Array = leaf("(nout, 6)", "scale length and transmitted force")
+    actuator_cranklength: Array = leaf("(nactuator,)", "crank length for slider-crank")
+    actuator_acc0: Array = leaf("(nout,)", "acceleration from unit force at qpos0")
+    actuator_length0: Array = leaf("(nout,)", "actuator length at qpos0")
+    actuator_lengthrange: Array = leaf("(nout, 2)", "feasible actuator length range")
+    actuator_user: Array = leaf("(nactuator, nuser_actuator)", "user data")
 
     # sensors
     sensor_type: np.ndarray = static("(nsensor,)", "sensor type (SensorType)")
@@ -816,6 +839,10 @@ class Model(Struct):
     def sizes(self) -> dict[str, int]:
         """All counts as a dict."""
         return {n: getattr(self, n) for n in _SIZES}
+
+    def out2act(self) -> np.ndarray:
+        """The actuator of each actuator output row, (nout,) (numpy: static structure)."""
+        return np.repeat(np.arange(self.nactuator), np.asarray(self.actuator_outnum, np.int64))
 
     def name2id(self, objtype: ObjType | int, name: str) -> int:
         """Id of the named object of the given type, -1 if absent (mj_name2id)."""
@@ -911,8 +938,8 @@ class State(Struct):
     ten_length: Array = leaf("(ntendon,)", "tendon lengths")
     wrap_obj: Array = leaf("(nwrap * 2,)", "geom id; -1: site; -2: pulley")
     wrap_xpos: Array = leaf("(nwrap * 2, 3)", "Cartesian 3D points in all paths")
-    actuator_length: Array = leaf("(nu,)", "actuator lengths")
-    actuator_moment: Array = leaf("(nu, nv)", "actuator moments (dense)")
+    actuator_length: Array = leaf("(nout,)", "actuator lengths")
+    actuator_moment: Array = leaf("(nout, nv)", "actuator moments (dense)")
     crb: Array = leaf("(nbody, 10)", "com-based composite inertia and mass")
     qM: Array = leaf("(nv, nv)", "joint-space inertia matrix (dense)")
     qLD: Array = leaf("(nv, nv)", "L'DL factorisation of qM: D on the diagonal, L below it")
@@ -920,7 +947,7 @@ class State(Struct):
 
     # velocity dependent
     ten_velocity: Array = leaf("(ntendon,)", "tendon velocities")
-    actuator_velocity: Array = leaf("(nu,)", "actuator velocities")
+    actuator_velocity: Array = leaf("(nout,)", "actuator velocities")
     cvel: Array = leaf("(nbody, 6)", "com-based velocity (rot:lin)")
     cdof_dot: Array = leaf("(nv, 6)", "time derivative of cdof")
     qfrc_bias: Array = leaf("(nv,)", "C(qpos, qvel)")
@@ -931,7 +958,7 @@ class State(Struct):
     qfrc_passive: Array = leaf("(nv,)", "total passive force")
 
     # acceleration / force dependent
-    actuator_force: Array = leaf("(nu,)", "actuator force in actuation space")
+    actuator_force: Array = leaf("(nout,)", "actuator force in actuation space")
     qfrc_actuator: Array = leaf("(nv,)", "actuator force")
     qfrc_smooth: Array = leaf("(nv,)", "net unconstrained force")
     qacc_smooth: Array = leaf("(nv,)", "unconstrained acceleration")

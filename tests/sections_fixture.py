@@ -63,7 +63,7 @@ def compile_sections(ctx) -> None:
 SECTION_TYPES = (ObjType.TENDON, ObjType.ACTUATOR, ObjType.SENSOR, ObjType.EQUALITY,
                  ObjType.PAIR, ObjType.EXCLUDE, ObjType.NUMERIC, ObjType.TEXT, ObjType.TUPLE,
                  ObjType.KEY)
-SIZES = ("ntendon", "nwrap", "nu", "na", "nsensor", "nsensordata", "neq", "npair", "nexclude",
+SIZES = ("ntendon", "nwrap", "nu", "nactuator", "nout", "na", "nsensor", "nsensordata", "neq", "npair", "nexclude",
          "nnumeric", "nnumericdata", "ntext", "ntextdata", "ntuple", "ntupledata", "nkey",
          "nhistory", "nuser_tendon", "nuser_actuator", "nuser_sensor")
 # fields MuJoCo computes after its compiler (mj_setConst and the lengthrange simulation)
@@ -103,7 +103,7 @@ def _masked(name: str, ours: np.ndarray, theirs: np.ndarray, ctx, model):
         # dampratio (positive biasprm[2] of position-like servos) becomes kv in mj_setConst
         mask = np.ones_like(ours, dtype=bool)
         for i in range(len(ours)):
-            if out["actuator_biastype"][i] == 1 and ours[i, 2] > 0:
+            if out["actuator_biastype"][i] in (1, 4) and ours[i, 2] > 0:  # affine, so3
                 mask[i, 2] = False
             if out["actuator_biastype"][i] == 2:  # muscle force scale
                 mask[i, 2] = False
@@ -124,7 +124,7 @@ def compare(ctx, model) -> list[str]:
     bad = []
     out = ctx.out
     for k in SIZES:
-        theirs = model.nactuator if k == "nu" else getattr(model, k)
+        theirs = getattr(model, k)
         if int(out.get(k, 0)) != int(theirs):
             bad.append(f"{k}: {out.get(k)} != {theirs}")
     if bad:

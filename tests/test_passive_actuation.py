@@ -281,8 +281,8 @@ def test_fluid_follows_the_density_and_viscosity_values():
 def test_unsupported_actuator_raises():
     mm = mujoco.MjModel.from_xml_string("""
     <mujoco><worldbody><body><joint name="j" type="slide"/><geom size=".1"/></body></worldbody>
-    <actuator><dcmotor name="dc" joint="j" motorconst="2" resistance=".5"/></actuator></mujoco>""")
+    <actuator><general name="u2" joint="j" dyntype="user" actdim="2"/></actuator></mujoco>""")
     m = model_from_mujoco(mm)
     d = state_from_mujoco(m, mujoco.MjData(mm))
-    with pytest.raises(NotImplementedError, match="'dc'.*dcmotor"):
+    with pytest.raises(NotImplementedError, match="'u2'.*user dynamics with 2"):
         jax.eval_shape(actuation.actuation, m, d)

@@ -301,7 +301,18 @@ _BAD = {
     "slidercrank without slider": '<actuator><general cranksite="s_a" cranklength="1"/>'
                                   '</actuator>',
     "damping on site transmission": '<actuator><motor site="s_a" damping="1"/></actuator>',
-    "orientation": '<actuator><orientation site="s_a" refsite="w0"/></actuator>',
+    "so3 site without refsite": '<actuator><orientation site="s_a"/></actuator>',
+    "so3 on a hinge": '<actuator><orientation joint="h1"/></actuator>',
+    "so3 negative force bound": '<actuator><orientation joint="ball" forcelimited="true" '
+                                'forcerange="-1 1"/></actuator>',
+    "so3 quat integrator": '<actuator><general joint="ball" gaintype="so3" biastype="so3" '
+                           'dyntype="integrator" biasprm="0 -1 0" input="quat"/></actuator>',
+    "so3 gain not servo": '<actuator><general joint="ball" gaintype="so3" biastype="so3" '
+                          'gainprm="2" biasprm="0 -1 0"/></actuator>',
+    "so3 affine bias": '<actuator><general joint="ball" gaintype="so3" biastype="affine" '
+                       'biasprm="0 -1 0"/></actuator>',
+    "orientation kv and dampratio": '<actuator><orientation joint="ball" kv="1" dampratio="1"/>'
+                                    '</actuator>',
     "key qpos too long": '<keyframe><key qpos="' + " ".join(["0"] * 30) + '"/></keyframe>',
     "key ctrl too long": '<keyframe><key ctrl="1 2"/></keyframe>',
     "key mpos too long": '<keyframe><key mpos="' + " ".join(["0"] * 9) + '"/></keyframe>',
@@ -340,7 +351,7 @@ _BAD = {
 
 
 # valid MJCF that jaxsim rejects on purpose (MuJoCo accepts it)
-_UNSUPPORTED_OK = {"orientation"}
+_UNSUPPORTED_OK: set = set()
 
 
 @pytest.mark.parametrize("name", sorted(_BAD))

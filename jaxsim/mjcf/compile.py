@@ -305,6 +305,9 @@ def _sleep_policy(ctx: Ctx) -> None:
         if ttype[a] == TrnType.TENDON:
             for t in tendon_path_trees(out, trn[a, 0]):
                 never(t)
+        elif ttype[a] == TrnType.SO3:  # a ball joint, or a site with a reference site
+            kind = TrnType.JOINT if trn[a, 1] < 0 else TrnType.SITE
+            never(int(tree_of[kind](trn[a, 0])))
         elif ttype[a] in tree_of:
             never(int(tree_of[ttype[a]](trn[a, 0])))
     tact = np.zeros(out.get("ntendon", 0), bool)

@@ -85,7 +85,9 @@ def simulate(model, actuators: list[int], opt: dict) -> np.ndarray:
         hi = jnp.max(jnp.where(rec, lens, -jnp.inf))
         return lo, hi, jnp.all(ok)
 
-    aids = np.repeat(np.asarray(actuators, np.int32), 2)
+    # the first output row of each actuator (MuJoCo's evalAct reads that row only)
+    rows = np.asarray(model.actuator_outadr, np.int32)[np.asarray(actuators, np.int64)]
+    aids = np.repeat(rows, 2)
     sides = np.tile(np.asarray([0.0, 1.0]), len(actuators))
     run = jax.jit(jax.vmap(one, in_axes=(None, None, 0, 0)))
     lo, hi, ok = run(m, d0, jnp.asarray(aids), jnp.asarray(sides))
@@ -106,15 +108,16 @@ def resolve(model, actuators: list[int], opt: dict, error) -> np.ndarray:
     for k, aid in enumerate(actuators):
         if not ok[k].all():
             raise error(aid, "unstable lengthrange simulation")
-        lr[aid] = (lo[k, 0], hi[k, 1])
-        dif = lr[aid, 1] - lr[aid, 0]
+        row = int(model.actuator_outadr[aid])
+        lr[row] = (lo[k, 0], hi[k, 1])
+        dif = lr[row, 1] - lr[row, 0]
         if dif <= 0:
-            raise error(aid, f"invalid lengthrange ({lr[aid, 0]:g}, {lr[aid, 1]:g}) "
+            raise error(aid, f"invalid lengthrange ({lr[row, 0]:g}, {lr[row, 1]:g}) "
                             "from the lengthrange simulation")
         for side in (0, 1):
             if hi[k, side] - lo[k, side] > float(opt["tolrange"]) * dif:
                 raise error(aid,
                     f"lengthrange simulation did not converge (side {side}: "
                     f"lengths ({lo[k, side]:g}, {hi[k, side]:g}) in the final interval, "
-                    f"range ({lr[aid, 0]:g}, {lr[aid, 1]:g}))")
+                    f"range ({lr[row, 0]:g}, {lr[row, 1]:g}))")
     return lr

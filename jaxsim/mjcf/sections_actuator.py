@@ -44,7 +44,7 @@ _BIAS = {"none": BiasType.NONE, "affine": BiasType.AFFINE, "muscle": BiasType.MU
 _INTERP = {"zoh": 0, "linear": 1, "cubic": 2}
 # mjtCtrlChart / mjtCtrlInput (actuator input signatures)
 CHART = {"expmap": 1, "quat": 2}
-INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE, INPUT_NONE = 1, 2, 4, 8, 16
+INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE, INPUT_NONE, INPUT_PRESSURE = 1, 2, 4, 8, 16, 32
 _INPUT_BITS = {"pos": INPUT_POS, "vel": INPUT_VEL, "ff": INPUT_FF, "voltage": INPUT_VOLTAGE}
 _TRN_ATTRS = (("joint", TrnType.JOINT), ("jointinparent", TrnType.JOINTINPARENT),
               ("tendon", TrnType.TENDON), ("cranksite", TrnType.SLIDERCRANK),
@@ -60,7 +60,7 @@ _ACTUATOR = {
     "dyntype": int(DynType.NONE), "gaintype": int(GainType.FIXED), "biastype": int(BiasType.NONE),
     "dynprm": np.array([1.0] + [0.0] * 9), "gainprm": np.array([1.0] + [0.0] * 9),
     "biasprm": np.zeros(10), "actearly": False, "cranklength": 0.0, "inheritrange": 0.0,
-    "ctrlspec": 0, "trntype": int(TrnType.UNDEFINED), "target": None, "slidersite": None,
+    "ctrlspec": 0, "decl": 0, "trntype": int(TrnType.UNDEFINED), "target": None, "slidersite": None,
     "refsite": None, "plugin": False,
     "kind": "none",  # the last shortcut tag applied to the record ('none': only <general>)
 }
@@ -175,8 +175,6 @@ def _apply(rec: dict, tag: str, attrs: dict, el, is_element: bool) -> None:
         return
     if tag == "plugin":
         raise MJCFError("plugin actuators are not supported by jaxsim", el)
-    if tag == "orientation":
-        raise MJCFError("<orientation> (SO3) actuators are not supported by jaxsim yet", el)
     # A shortcut inherits its parameters only from a record of its own kind; otherwise it
     # starts from the built-in parameters. Either way it rewrites whole prm vectors.
     # (a cylinder keeps the filter time constant of a record without dynamics)
@@ -196,8 +194,30 @@ def _apply(rec: dict, tag: str, attrs: dict, el, is_element: bool) -> None:
     rec["actdim"], rec["actearly"], rec["actlimited"] = -1, False, LIMITED["auto"]
     if tag not in ("pid", "dcmotor") or fresh_pid:
         rec["ctrlspec"] = 0
+    # the input declared by fixed/affine shortcuts (stored, no effect on the simulation)
+    rec["decl"] = {"position": INPUT_POS, "velocity": INPUT_VEL, "intvelocity": INPUT_VEL,
+                   "cylinder": INPUT_PRESSURE}.get(tag, 0)
     gp, bp, dp = rec["gainprm"], rec["biasprm"], rec["dynprm"]
-    if tag == "motor":
+    if tag == "orientation":
+        kp = s.get("kp")
+        kp = gp[0] if kp is None else kp
+        kv, dampratio = s.get("kv"), s.get("dampratio")
+        spec = _read_input(el, attrs, rec)
+        if spec is not None:
+            rec["ctrlspec"] = spec
+        if kv is not None and dampratio is not None:
+            err = "kv and dampratio cannot both be defined"
+        else:
+            gp[0], bp[1] = kp, -kp
+            if kv is not None:
+                err = "kv cannot be negative" if kv < 0 else err
+                bp[2] = -kv
+            if dampratio is not None:
+                err = "dampratio cannot be negative" if dampratio < 0 else err
+                bp[2] = dampratio
+            rec.update(gaintype=int(GainType.SO3), biastype=int(BiasType.SO3),
+                       dyntype=int(DynType.NONE))
+    elif tag == "motor":
         _reset(rec)
         rec.update(dyntype=int(DynType.NONE), gaintype=int(GainType.FIXED),
                    biastype=int(BiasType.NONE))
@@ -369,6 +389,8 @@ def _compatible(tag: str, rec: dict) -> bool:
         return gt == GainType.AFFINE
     if tag == "muscle":
         return gt == GainType.MUSCLE
+    if tag == "orientation":
+        return gt == GainType.SO3
     if tag == "pid":
         return gt == GainType.PID
     if tag == "dcmotor":
@@ -494,8 +516,39 @@ def _compile_one(ctx, rec: dict, el, aid: int) -> None:
     gp, dp = rec["gainprm"], rec["dynprm"]
     spec = rec["ctrlspec"]
     ctrlnum, ctrlspec = 1, 0
+    outnum, so3 = 1, False
     if gt == GainType.SO3 or bt == BiasType.SO3:
-        raise _err(el, aid, "SO3 (orientation) actuators are not supported by jaxsim yet")
+        if gt != GainType.SO3 or bt != BiasType.SO3:
+            raise _err(el, aid, "gaintype and biastype must both be 'so3'")
+        if dt not in (DynType.NONE, DynType.INTEGRATOR):
+            raise _err(el, aid, "so3 requires dyntype 'none' or 'integrator'")
+        if gp[0] != -rec["biasprm"][1]:
+            raise _err(el, aid, "so3 requires gainprm[0] == -biasprm[1]")
+        if trn == TrnType.SITE:
+            if not rec["refsite"]:
+                raise _err(el, aid, "so3 site transmission requires refsite", "refsite")
+        elif trn == TrnType.JOINT:
+            if out["jnt_type"][trnid[0]] != JointType.BALL:
+                raise _err(el, aid, "so3 joint transmission requires a ball joint", tattr)
+        else:
+            raise _err(el, aid, "so3 requires site or ball joint transmission", tattr)
+        if dt == DynType.INTEGRATOR:
+            if rec["actdim"] > 0 and rec["actdim"] != 3:
+                raise _err(el, aid, "so3 integrator requires actdim 3", "actdim")
+            rec["actdim"] = 3
+            if rec["actlimited"] == LIMITED["true"] and not np.any(rec["actrange"]):
+                rec["actlimited"] = LIMITED["false"]
+        ctrlspec = spec or CHART["expmap"]
+        if ctrlspec == CHART["quat"]:
+            if dt != DynType.NONE:
+                raise _err(el, aid, "so3 quat input requires dyntype 'none'", "input")
+        elif ctrlspec != CHART["expmap"]:
+            raise _err(el, aid, "so3 input must be expmap or quat", "input")
+        if _lim(rec, "force") and rec["forcerange"][0] != 0:
+            raise _err(el, aid, "so3 forcerange bounds the force norm, lower bound must be 0",
+                       "forcerange")
+        ctrlnum = 4 if ctrlspec == CHART["quat"] else 3
+        outnum, so3 = 3, True
     if gt == GainType.PID:
         if bt != BiasType.AFFINE:
             raise _err(el, aid, "pid requires biastype 'affine'")
@@ -591,7 +644,7 @@ def _compile_one(ctx, rec: dict, el, aid: int) -> None:
     if _lim(rec, "act") and dt == DynType.NONE:
         raise _err(el, aid, "actrange specified but dyntype is 'none'", "actrange")
     ad = rec["actdim"]
-    if ad > 1 and dt not in (DynType.USER, DynType.DCMOTOR, DynType.PID):
+    if ad > 1 and dt not in (DynType.USER, DynType.DCMOTOR, DynType.PID) and not so3:
         raise _err(el, aid, "actdim > 1 is only allowed for dyntype 'user' and 'dcmotor'",
                    "actdim")
     if ad == 1 and dt == DynType.NONE:
@@ -629,10 +682,12 @@ def _compile_one(ctx, rec: dict, el, aid: int) -> None:
                 r = rec[key]
                 ranges[j] = (int(r[0] < r[1]), r.copy())
                 j += 1
-    if ctrlnum != 1:
-        raise _err(el, aid, f"actuators with {ctrlnum} controls (multi-input pid/dcmotor) are "
-                   "not supported by jaxsim yet", "input")
+    if not ctrlspec and gt in (GainType.FIXED, GainType.AFFINE):
+        ctrlspec = rec["decl"]
     rec["ctrlnum"], rec["ctrlspec_"], rec["ranges"] = ctrlnum, ctrlspec, ranges
+    rec["outnum"] = outnum
+    if so3:
+        rec["trntype"] = int(TrnType.SO3)
 
 
 def _lim(rec, kind: str) -> bool:
@@ -656,10 +711,16 @@ def compile_actuators(ctx) -> None:
     for aid, (rec, el) in enumerate(zip(recs, els, strict=True)):
         _compile_one(ctx, rec, el, aid)
 
-    nu = len(recs)
+    nu = len(recs)  # the actuator count here; out["nu"] is the control count
     f = lambda key, w: np.array([r[key] for r in recs], dtype=np.float64).reshape(nu, w)  # noqa
     i = lambda key: np.array([int(r[key]) for r in recs], dtype=np.int64)  # noqa: E731
-    out["nu"] = nu
+    outnum = i("outnum")
+    out["nactuator"] = nu
+    out["nu"] = int(i("ctrlnum").sum())
+    out["nout"] = int(outnum.sum())
+    out["actuator_outnum"] = outnum
+    out["actuator_outadr"] = np.concatenate([[0], np.cumsum(outnum)[:-1]]).astype(np.int64)[:nu]
+    out["actuator_ctrlspec"] = i("ctrlspec_")
     out["actuator_trntype"] = i("trntype")
     out["actuator_dyntype"] = i("dyntype")
     out["actuator_gaintype"] = i("gaintype")
@@ -680,16 +741,17 @@ def compile_actuators(ctx) -> None:
         hist.append((r["nsample"], r["interp"]))
         if r["nsample"] > 0:
             hadr.append(adr)
-            adr += 2 + 2 * r["nsample"]
+            adr += 2 + r["nsample"] * (1 + r["ctrlnum"])
         else:
             hadr.append(-1)
     out["actuator_history"] = np.array(hist, dtype=np.int64).reshape(nu, 2)
     out["actuator_historyadr"] = np.array(hadr, dtype=np.int64)
     out["nhistory"] = adr
     out["actuator_delay"] = f("delay", 1).reshape(nu)
-    out["actuator_ctrllimited"] = np.array([r["ranges"][0][0] for r in recs], dtype=np.int64)
-    out["actuator_ctrlrange"] = np.array([r["ranges"][0][1] for r in recs],
-                                         dtype=np.float64).reshape(nu, 2)
+    ranges = [rg for r in recs for rg in r["ranges"]]  # per control
+    out["actuator_ctrllimited"] = np.array([rg[0] for rg in ranges], dtype=np.int64)
+    out["actuator_ctrlrange"] = np.array([rg[1] for rg in ranges],
+                                         dtype=np.float64).reshape(len(ranges), 2)
     out["actuator_forcelimited"] = np.array([_lim(r, "force") for r in recs], dtype=np.int64)
     out["actuator_actlimited"] = np.array([_lim(r, "act") for r in recs], dtype=np.int64)
     out["actuator_actearly"] = np.array([bool(r["actearly"]) for r in recs], dtype=np.int64)
@@ -699,15 +761,15 @@ def compile_actuators(ctx) -> None:
     damp = f("damping", 3)
     out["actuator_damping"], out["actuator_dampingpoly"] = damp[:, 0], damp[:, 1:]
     out["actuator_armature"] = f("armature", 1).reshape(nu)
-    out["actuator_ctrlrange"] = out["actuator_ctrlrange"]
     out["actuator_forcerange"] = f("forcerange", 2)
     out["actuator_actrange"] = f("actrange", 2)
-    out["actuator_gear"] = f("gear", 6)
+    out["actuator_gear"] = np.repeat(f("gear", 6), outnum, axis=0)
     out["actuator_cranklength"] = f("cranklength", 1).reshape(nu)
-    out["actuator_acc0"] = np.zeros(nu)
-    out["actuator_length0"] = np.zeros(nu)
+    out["actuator_acc0"] = np.zeros(out["nout"])
+    out["actuator_length0"] = np.zeros(out["nout"])
     out["actuator_user"] = nuser(ctx, "nuser_actuator", [r["user"] for r in recs], els)
-    out["actuator_lengthrange"] = _lengthrange(ctx, recs, els, f("lengthrange", 2))
+    lr = _lengthrange(ctx, recs, els, f("lengthrange", 2))
+    out["actuator_lengthrange"] = np.repeat(lr, outnum, axis=0)
 
 
 def _lengthrange(ctx, recs, els, lr: np.ndarray) -> np.ndarray:

@@ -63,11 +63,11 @@ def set_dcmotor(rec: dict, s, ctrlspec_given) -> str:
             Ke = ke if ke > 0 else vn / omega0
         else:
             Ke = vn / omega0
+    if Kt < 0 or Ke < 0:
+        return "DC motor: motor constants must be non-negative"
     K = math.sqrt(Kt * Ke) if (Kt > 0 and Ke > 0) else (Kt if Kt > 0 else Ke)
     if R == 0 and vn > 0 and tau0 > 0 and K > 0:
         R = K * vn / tau0
-    if K <= 0:
-        return "DC motor: motor constant K must be positive"
     if R <= 0:
         return "DC motor: resistance R must be positive"
     rec.update(dyntype=int(DynType.DCMOTOR), gaintype=int(GainType.DCMOTOR),
@@ -99,7 +99,7 @@ def set_dcmotor(rec: dict, s, ctrlspec_given) -> str:
     actdim += controller[1] > 0
     if thermal[0] > 0 or thermal[1] > 0 or thermal[2] > 0:
         RT, C, tth, alpha, T0, Ta = thermal
-        if tth > 0 and RT > 0 and C == 0:
+        if tth > 0 and RT > 0:  # MuJoCo 4.0: the time constant decides C
             C = tth / RT
         elif tth > 0 and C > 0 and RT == 0:
             RT = tth / C

@@ -298,6 +298,8 @@ def _check(ctx, s: dict, objid: int, refid: int, el) -> int:
         return 3 * len(ctx.meshes[objid].processed.vert)
     if typ == S.USER:
         return s["dim"]
+    if typ in (S.ACTUATORPOS, S.ACTUATORVEL, S.ACTUATORFRC):
+        return int(out["actuator_outnum"][objid])
     return 1
 
 
