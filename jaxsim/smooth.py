@@ -497,8 +497,8 @@ def transmission(m: Model, d: State) -> State:
     """Actuator lengths and dense moment arms. MuJoCo: mj_transmission.
 
     Joint, jointinparent, tendon, site (with and without refsite) and slider-crank.
-    Body transmissions (adhesion) get length 0 and a zero moment here: their moment is
-    the average contact-normal Jacobian, which needs the contacts of the current step.
+    Body transmissions (adhesion) have length 0 and minus the average contact-normal
+    Jacobian of the body's contacts as moment (the contacts must be in `d`).
     SO3 transmissions (a ball joint, or a site with a reference site) fill three rows: the
     rotation as a rotation vector, and the rotational Jacobian in the child (site) frame.
     Each actuator writes the rows from its actuator_outadr; gear is read from that row.
@@ -634,7 +634,37 @@ def transmission(m: Model, d: State) -> State:
         # row k: the site's k-th axis projected on the relative rotational Jacobian
         moment = moment.at[rows].set(jnp.einsum("kij,kiv->kjv", d.site_xmat[s], jrel))
 
+    # body transmissions (adhesion): minus the average normal Jacobian of the body's contacts
+    body_act = np.nonzero(trntype == TrnType.BODY)[0]
+    if len(body_act) and d.contact.dist.shape[0]:
+        moment = moment.at[orow[body_act]].set(_body_moment(m, d, trnid[body_act, 0]))
+
     return d.replace(actuator_length=length, actuator_moment=moment)
+
+
+def _body_moment(m: Model, d: State, bodies: np.ndarray) -> jax.Array:
+    """Moments (k, nv) of body transmissions: minus the mean, over the contacts of each body
+    (active or in the margin's gap), of the contact-normal Jacobian of body 2 relative to
+    body 1 at the contact point (for a pyramidal cone, the mean of the pyramid's edge rows
+    is that normal row too). MuJoCo: mj_transmission, mjTRN_BODY."""
+    c = d.contact
+    gb = jnp.asarray(_np(m.geom_bodyid))
+    b1, b2 = gb[c.geom[:, 0]], gb[c.geom[:, 1]]
+    mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid), _dtype(m))
+    root = jnp.asarray(_np(m.body_rootid))
+    rot, lin = d.cdof[:, :3], d.cdof[:, 3:]
+    u = c.frame[:, 0]
+
+    def side(b):  # u . (velocity of the contact point on body b), per dof
+        off = c.pos - d.subtree_com[root[b]]
+        return mask[b] * (jnp.cross(off, u) @ rot.T + u @ lin.T)
+
+    rows = side(b2) - side(b1)  # (ncon, nv)
+    bid = jnp.asarray(bodies)[:, None]
+    rel = c.active[None] & ((b1[None] == bid) | (b2[None] == bid))  # (k, ncon)
+    count = jnp.sum(rel, axis=1)
+    total = jnp.asarray(rel, rows.dtype) @ rows
+    return -total / jnp.maximum(count, 1)[:, None].astype(rows.dtype)
 
 
 # ---------------------------------------------------------------------------- inertia

@@ -66,7 +66,7 @@ def _random_state(mm, md, rng, t, small=False):
         md.act[:] = rng.normal(size=mm.na) * (2.0 if t % 3 else 0.1) * (1e-5 if small else 1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled():
     def deriv(m, d):  # implicitfast's qDeriv: damping and actuators
         d = jaxsim.forward(m, d)
@@ -232,3 +232,56 @@ def test_gradient_finite_at_zero_rotation():
     g = jax.grad(final)(d0.ctrl)
     assert np.all(np.isfinite(np.asarray(g)))
     assert np.any(np.asarray(g)[:3] != 0)  # the expmap set-point moves the ball
+
+
+ADHESION = """
+<mujoco>
+  <option cone="{cone}"/>
+  <worldbody>
+    <geom type="plane" size="2 2 .1"/>
+    <body name="box" pos="0 0 .1">
+      <freejoint/>
+      <geom type="box" size=".1 .1 .1" margin=".02" gap=".01"/>
+      <body name="paddle" pos=".12 0 .2">
+        <joint name="j" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 .15 0 0" size=".03" condim="4"/>
+      </body>
+    </body>
+    <body name="ball" pos=".3 0 .35">
+      <freejoint/>
+      <geom size=".06" margin=".01"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <adhesion body="box" ctrlrange="0 1" gain="30"/>
+    <adhesion body="paddle" ctrlrange="0 1" gain="5"/>
+    <motor joint="j"/>
+  </actuator>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_adhesion_matches_mujoco(cone):
+    """Body transmissions: minus the mean contact-normal Jacobian of the body's contacts
+    (active ones and those in the margin's gap), along a rollout that makes and breaks
+    contacts."""
+    xml = ADHESION.format(cone=cone)
+    m = jaxsim.load_string(xml, dtype=jnp.float64)
+    mm = mujoco.MjModel.from_xml_string(xml)
+    md = mujoco.MjData(mm)
+    fwd, _, _ = _compiled()
+    rng = np.random.default_rng(4)
+    seen = set()
+    for k in range(150):
+        md.ctrl[:] = [rng.uniform(0, 1), rng.uniform(0, 1), rng.normal()]
+        mujoco.mj_step(mm, md)
+        if k % 15:
+            continue
+        mujoco.mj_forward(mm, md)
+        ours = fwd(m, _state(m, md).replace(qacc_warmstart=jnp.asarray(md.qacc_warmstart)))
+        _close(ours.actuator_moment, _dense_moment(mm, md), f"step {k} moment", atol=1e-8)
+        for f in ("qfrc_actuator", "qacc"):
+            _close(getattr(ours, f), getattr(md, f), f"step {k} {f}", rtol=1e-6, atol=1e-6)
+        seen.add(tuple(int(x) for x in (np.abs(_dense_moment(mm, md)[:2]).sum(1) > 0)))
+    assert (1, 1) in seen  # both adhesion actuators had contacts at some point
