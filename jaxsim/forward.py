@@ -289,14 +289,19 @@ def acc_sensors(m: Model, d: State) -> State:
 def pos_vel_stages(m: Model, d: State, skipstage: int, skipsensor: bool) -> State:
     """The position and velocity stages (and their sensors) not skipped by `skipstage`,
     shared by forward_skip and inverse_skip."""
+    energy = bool(m.opt.enableflags & EnableBit.ENERGY)
     if skipstage < Stage.POS:
         d = fwd_position(m, d)
         if not skipsensor:
             d = _sensor.sensor_pos(m, d)
+        if energy:  # mj_energyPos, also in the sensor-less stages of RK4 (as MuJoCo)
+            d = d.replace(energy=d.energy.at[0].set(_sensor.energy_pos(m, d)))
     if skipstage < Stage.VEL:
         d = fwd_velocity(m, d)
         if not skipsensor:
             d = _sensor.sensor_vel(m, d)
+        if energy:
+            d = d.replace(energy=d.energy.at[1].set(_sensor.energy_vel(m, d)))
     return d
 
 

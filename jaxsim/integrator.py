@@ -140,9 +140,11 @@ def advance(m: Model, d: State, act_dot: jax.Array, qacc: jax.Array,
     if _sleep.enabled(m):
         return _advance_sleeping(m, d, act, qacc, qvel, hist)
     new_qvel = d.qvel + h * qacc
-    qpos = integrate_pos(m, d.qpos, new_qvel if qvel is None else qvel, h)
+    vel = new_qvel if qvel is None else qvel
+    qpos = integrate_pos(m, d.qpos, vel, h)
+    plastic = passive.plastic_update(m, d, qpos, h * vel)
     return d.replace(act=act, qvel=new_qvel, qpos=qpos, time=d.time + h,
-                     qacc_warmstart=d.qacc, history=hist)
+                     qacc_warmstart=d.qacc, history=hist, plastic=plastic)
 
 
 def _advance_sleeping(m: Model, d: State, act, qacc, qvel, hist) -> State:
@@ -162,6 +164,7 @@ def _advance_sleeping(m: Model, d: State, act, qacc, qvel, hist) -> State:
     new_qvel = jnp.where(ds, zero, d.qvel + h * qacc)
     vel = new_qvel if qvel is None else jnp.where(ds, zero, qvel)
     qpos = integrate_pos(m, d.qpos, vel, h)
+    d = d.replace(plastic=passive.plastic_update(m, d, qpos, h * vel))
     if m.nq:
         jtree = np.asarray(m.body_treeid)[np.asarray(m.jnt_bodyid)]
         qtree = np.repeat(jtree, [JointType(int(t)).qpos_width() for t in m.jnt_type])

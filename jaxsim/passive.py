@@ -123,8 +123,83 @@ def tendon_actuator_velocity(m: Model, d: State) -> State:
 # ---------------------------------------------------------------------- springs, dampers
 
 
+def _plastic_index(m: Model):
+    """(qpos indices, plastic indices) of the joint springs with a plastic reference, and
+    (tendon ids, plastic indices (k, 2)) of the tendons with one (static)."""
+    jadr = _np(m.jnt_plasticadr) if m.njnt else np.zeros(0, np.int64)
+    jid = np.nonzero(jadr >= 0)[0]
+    width = np.where(_np(m.jnt_type)[jid] == JointType.BALL, 4, 1)
+    q = np.concatenate([_np(m.jnt_qposadr)[j] + np.arange(w) for j, w in zip(jid, width, strict=True)]
+                       ) if len(jid) else np.zeros(0, np.int64)
+    pj = np.concatenate([jadr[j] + np.arange(w) for j, w in zip(jid, width, strict=True)]
+                        ) if len(jid) else np.zeros(0, np.int64)
+    tadr = _np(m.tendon_plasticadr) if m.ntendon else np.zeros(0, np.int64)
+    tid = np.nonzero(tadr >= 0)[0]
+    return q, pj, tid, tadr[tid][:, None] + np.arange(2)
+
+
+def plastic_reset(m: Model) -> jax.Array:
+    """The plastic state of a reset (mj_resetData): the spring references of the model."""
+    out = jnp.zeros(m.nplastic, _dtype(m))
+    if not m.nplastic:
+        return out
+    q, pj, tid, pt = _plastic_index(m)
+    out = out.at[pj].set(m.qpos_spring[q])
+    return out.at[pt].set(m.tendon_lengthspring[tid])
+
+
+def spring_refs(m: Model, d: State) -> tuple[jax.Array, jax.Array]:
+    """The spring references (qpos_spring, tendon_lengthspring) with the plastic ones of
+    `d` in place of the model's."""
+    if not m.nplastic:
+        return m.qpos_spring, m.tendon_lengthspring
+    q, pj, tid, pt = _plastic_index(m)
+    return (m.qpos_spring.at[q].set(d.plastic[pj]),
+            m.tendon_lengthspring.at[tid].set(d.plastic[pt]))
+
+
+def plastic_update(m: Model, d: State, qpos: jax.Array, dq: jax.Array) -> jax.Array:
+    """The plastic state after a step to `qpos` (ideal elasto-plasticity): a spring whose
+    displacement exceeds its yield drags its reference along, to the yield distance. Joints
+    use the new position (a ball the rotation from its reference quaternion); tendons their
+    length moved on by ten_J dq (`dq`: the step's displacement in velocity space)."""
+    p = d.plastic
+    if not m.nplastic:
+        return p
+    jadr = _np(m.jnt_plasticadr)
+    jt, qadr = _np(m.jnt_type), _np(m.jnt_qposadr)
+    scalar = np.nonzero((jadr >= 0) & (jt != JointType.BALL))[0]
+    if len(scalar):
+        x, ref, y = qpos[qadr[scalar]], p[jadr[scalar]], m.jnt_springyield[scalar]
+        dif = x - ref
+        new = jnp.where(dif > y, x - y, jnp.where(dif < -y, x + y, ref))
+        p = p.at[jadr[scalar]].set(new)
+    ball = np.nonzero((jadr >= 0) & (jt == JointType.BALL))[0]
+    if len(ball):
+        q = math.normalize_quat(qpos[qadr[ball][:, None] + np.arange(4)])
+        ref = p[jadr[ball][:, None] + np.arange(4)]
+        r = math.sub_quat(q, ref)  # log(ref^-1 q)
+        n = math.norm(r)
+        y = m.jnt_springyield[ball]
+        over = n > y
+        back = -r * (y / jnp.where(over, n, 1.0))[:, None]
+        new = math.quat_mul(q, math.vel_to_quat(back))
+        p = p.at[jadr[ball][:, None] + np.arange(4)].set(jnp.where(over[:, None], new, ref))
+    tadr = _np(m.tendon_plasticadr) if m.ntendon else np.zeros(0, np.int64)
+    ten = np.nonzero(tadr >= 0)[0]
+    if len(ten):
+        length = d.ten_length[ten] + d.ten_J[ten] @ dq
+        lo, hi, y = p[tadr[ten]], p[tadr[ten] + 1], m.tendon_springyield[ten]
+        shift = jnp.where(length > hi + y, length - y - hi,
+                          jnp.where(length < lo - y, length + y - lo, 0.0))
+        p = p.at[tadr[ten]].set(lo + shift).at[tadr[ten] + 1].set(hi + shift)
+    return p
+
+
+
 def _joint_springs(m: Model, d: State) -> jax.Array:
     dt = _dtype(m)
+    qpos_spring, _ = spring_refs(m, d)
     out = jnp.zeros(m.nv, dt)
     jnt_type = _np(m.jnt_type)
     qadr = _np(m.jnt_qposadr)
@@ -133,7 +208,7 @@ def _joint_springs(m: Model, d: State) -> jax.Array:
 
     def ball(ids, qa, da):
         quat = math.normalize_quat(d.qpos[qa[:, None] + np.arange(4)])
-        dif = math.sub_quat(quat, m.qpos_spring[qa[:, None] + np.arange(4)])
+        dif = math.sub_quat(quat, qpos_spring[qa[:, None] + np.arange(4)])
         r = math.norm(dif)
         return out.at[da[:, None] + np.arange(3)].add(-poly_force(k[ids], poly[ids], r, False)[:, None] * dif)
 
@@ -143,12 +218,12 @@ def _joint_springs(m: Model, d: State) -> jax.Array:
             continue
         qa, da = qadr[ids], dadr[ids]
         if t in (JointType.HINGE, JointType.SLIDE):
-            x = d.qpos[qa] - m.qpos_spring[qa]
+            x = d.qpos[qa] - qpos_spring[qa]
             out = out.at[da].add(-x * poly_force(k[ids], poly[ids], x, False))
         elif t == JointType.BALL:
             out = ball(ids, qa, da)
         else:
-            dif = d.qpos[qa[:, None] + np.arange(3)] - m.qpos_spring[qa[:, None] + np.arange(3)]
+            dif = d.qpos[qa[:, None] + np.arange(3)] - qpos_spring[qa[:, None] + np.arange(3)]
             r = math.norm(dif)
             out = out.at[da[:, None] + np.arange(3)].add(
                 -poly_force(k[ids], poly[ids], r, False)[:, None] * dif)
@@ -172,7 +247,8 @@ def tendon_passive(m: Model, d: State, spring: bool, damper: bool):
     fs, fd = zero, zero
     if spring:
         length = d.ten_length
-        lower, upper = m.tendon_lengthspring[:, 0], m.tendon_lengthspring[:, 1]
+        _, lengthspring = spring_refs(m, d)
+        lower, upper = lengthspring[:, 0], lengthspring[:, 1]
         x = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
         fs = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)
     if damper:

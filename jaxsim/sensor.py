@@ -275,26 +275,29 @@ def energy_pos(m: Model, d: State) -> jax.Array:
         # 0.5 k x^2 + poly0 x^3 / 3 + poly1 x^4 / 4 (mju_polyPotential)
         return 0.5 * k * x * x + poly[..., 0] / 3 * x ** 3 + poly[..., 1] / 4 * x ** 4
 
+    from jaxsim.passive import spring_refs
+
+    qpos_spring, lengthspring = spring_refs(m, d)
     jt, qadr = _np(m.jnt_type), _np(m.jnt_qposadr)
     k, poly = m.jnt_stiffness, m.jnt_stiffnesspoly
     for t in (JointType.SLIDE, JointType.HINGE):
         ids = np.nonzero(jt == t)[0]
         if len(ids):
-            x = d.qpos[qadr[ids]] - m.qpos_spring[qadr[ids]]
+            x = d.qpos[qadr[ids]] - qpos_spring[qadr[ids]]
             e = e + jnp.sum(potential(k[ids], poly[ids], x))
     ids = np.nonzero(jt == JointType.FREE)[0]
     if len(ids):
         a = qadr[ids][:, None] + np.arange(3)
-        x = math.norm(d.qpos[a] - m.qpos_spring[a])
+        x = math.norm(d.qpos[a] - qpos_spring[a])
         e = e + jnp.sum(potential(k[ids], poly[ids], x))
     ids = np.nonzero((jt == JointType.FREE) | (jt == JointType.BALL))[0]
     if len(ids):
         a = (qadr[ids] + np.where(jt[ids] == JointType.FREE, 3, 0))[:, None] + np.arange(4)
-        x = math.norm(math.sub_quat(d.qpos[a], m.qpos_spring[a]))
+        x = math.norm(math.sub_quat(d.qpos[a], qpos_spring[a]))
         e = e + jnp.sum(potential(k[ids], poly[ids], x))
     if m.ntendon:
         length = d.ten_length
-        lo, hi = m.tendon_lengthspring[:, 0], m.tendon_lengthspring[:, 1]
+        lo, hi = lengthspring[:, 0], lengthspring[:, 1]
         x = jnp.where(length > hi, length - hi, jnp.where(length < lo, length - lo, 0.0))
         e = e + jnp.sum(potential(m.tendon_stiffness, m.tendon_stiffnesspoly, x))
     return e

@@ -49,6 +49,10 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
             & (np.asarray(model.actuator_ctrlspec) == CtrlChart.QUAT))
     if quat.any():  # a quaternion set-point resets to the identity (mj_resetCtrl)
         fields["ctrl"] = fields["ctrl"].at[np.asarray(model.actuator_ctrladr)[quat]].set(1.0)
+    if model.nplastic:
+        from jaxsim.passive import plastic_reset
+
+        fields["plastic"] = plastic_reset(model)
     from jaxsim.history import init as _init_history
 
     fields["history"] = _init_history(model)
@@ -66,7 +70,7 @@ def make_state(model: Model, keyframe: int | None = None, ncon: int | None = Non
             raise IndexError(f"keyframe {keyframe} out of range (model has {model.nkey})")
         k = keyframe
         fields.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],
-                      act=model.key_act[k], ctrl=model.key_ctrl[k])
+                      act=model.key_act[k], ctrl=model.key_ctrl[k], plastic=model.key_plastic[k])
         if model.nmocap:
             fields.update(mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k])
     return State(**fields)

@@ -419,7 +419,7 @@ _SIZES = (
     "nsensordata nnumeric nnumericdata ntext ntextdata ntuple ntupledata nkey nmocap "
     "nuser_body nuser_jnt nuser_geom nuser_site nuser_cam nuser_tendon nuser_actuator "
     "nuser_sensor ntree nM nhistory nuserdata ngravcomp nconmax njmax "
-    "nflex nflexvert nflexedge nflexelem"
+    "nflex nflexvert nflexedge nflexelem nplastic"
 ).split()
 
 
@@ -484,6 +484,7 @@ class Model(Struct):
     nflexvert: int = static("()", "number of vertices in all flexes")
     nflexedge: int = static("()", "number of edges in all flexes")
     nflexelem: int = static("()", "number of elements in all flexes")
+    nplastic: int = static("()", "number of plastic state values (springyield springs)")
 
     opt: Option = leaf("-", "physics options")
 
@@ -533,6 +534,8 @@ class Model(Struct):
     jnt_pos: Array = leaf("(njnt, 3)", "anchor position in the body frame")
     jnt_axis: Array = leaf("(njnt, 3)", "joint axis in the body frame")
     jnt_stiffness: Array = leaf("(njnt,)", "linear spring stiffness")
+    jnt_springyield: Array = leaf("(njnt,)", "elastic yield of the spring (0: purely elastic)")
+    jnt_plasticadr: np.ndarray = static("(njnt,)", "address of the spring's plastic reference, -1 if none")
     jnt_stiffnesspoly: Array = leaf("(njnt, 2)", "second and third order spring stiffness")
     jnt_range: Array = leaf("(njnt, 2)", "joint limits")
     jnt_actfrcrange: Array = leaf("(njnt, 2)", "range of total actuator force on the joint")
@@ -708,6 +711,8 @@ class Model(Struct):
     tendon_hasfrictionloss: np.ndarray = static(
         "(ntendon,)", "has a friction-loss row (frictionloss > 0 when compiled; fixes the rows)")
     tendon_lengthspring: Array = leaf("(ntendon, 2)", "spring resting length range")
+    tendon_springyield: Array = leaf("(ntendon,)", "elastic yield of the spring (0: purely elastic)")
+    tendon_plasticadr: np.ndarray = static("(ntendon,)", "address of the spring's plastic dead band, -1 if none")
     tendon_length0: Array = leaf("(ntendon,)", "tendon length at qpos0")
     tendon_invweight0: Array = leaf("(ntendon,)", "inverse weight at qpos0")
     tendon_width: Array = leaf("(ntendon,)", "width for rendering")
@@ -822,6 +827,7 @@ class Model(Struct):
     key_mpos: Array = leaf("(nkey, nmocap, 3)", "keyframe mocap positions")
     key_mquat: Array = leaf("(nkey, nmocap, 4)", "keyframe mocap orientations")
     key_ctrl: Array = leaf("(nkey, nu)", "keyframe control")
+    key_plastic: Array = leaf("(nkey, nplastic)", "keyframe plastic state")
 
     # statistics and names
     stat_meaninertia: Array = leaf("()", "mean diagonal inertia at qpos0")
@@ -901,6 +907,7 @@ class State(Struct):
     qpos: Array = leaf("(nq,)", "position")
     qvel: Array = leaf("(nv,)", "velocity")
     act: Array = leaf("(na,)", "actuator activation")
+    plastic: Array = leaf("(nplastic,)", "plastic spring references (joints, then tendon dead bands)")
     history: Array = leaf("(nhistory,)", "actuator and sensor history buffers")
     userdata: Array = leaf("(nuserdata,)", "user data, untouched by the simulator")
     qacc_warmstart: Array = leaf("(nv,)", "acceleration used to warmstart the solver")

@@ -258,8 +258,6 @@ _MJ4 = """<mujoco><compiler {compiler}/><option {option}/>
 
 @pytest.mark.parametrize("part,value,attr", [
     ("option", 'integrator="discrete"', "integrator"),
-    ("joint", 'springyield="5"', "springyield"),
-    ("tendon", 'springyield=".1"', "springyield"),
     ("sensor", 'enclosed="true"', "enclosed"),
 ])
 def test_mujoco4_physics_jaxsim_lacks_is_named(part, value, attr):

@@ -399,6 +399,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     model = Model(**f64)
     with hostnp.host_backend():
         model = constants.set_const(model)
+        model = _key_plastic(model)
         model = _spring_damper(ctx, model)
         for hook in ctx.post_const:
             model = hook(model)
@@ -423,6 +424,23 @@ def _finish(ctx: Ctx, dtype) -> Model:
             conv[name] = _to_device(val, dt)
     conv["opt"] = _option(opt, dt, _to_device)
     return Model(**conv)
+
+
+def _key_plastic(model: Model) -> Model:
+    """Keyframe plastic values not given: the reset ones (the spring references, tendon dead
+    bands as set_const resolved them)."""
+    if not (model.nkey and model.nplastic):
+        return model
+    from jaxsim import hostnp
+    from jaxsim.passive import _plastic_index
+
+    q, pj, tid, pt = _plastic_index(model)
+    p0 = np.zeros(model.nplastic)
+    p0[pj] = np.asarray(model.qpos_spring, np.float64)[q]
+    p0[pt] = np.asarray(model.tendon_lengthspring, np.float64)[tid]
+    kp = np.asarray(model.key_plastic, np.float64)
+    kp = np.where(np.isnan(kp), p0[None], kp)
+    return model.replace(key_plastic=hostnp.asarray(kp, dtype=np.float64))
 
 
 def _simulated_lengthrange(ctx: Ctx, model: Model) -> Model:

@@ -73,10 +73,6 @@ def _refuse_unsupported(el, decl: str, name: str, text: str) -> None:
     what = None
     if decl == "option" and name == "integrator" and text.strip() == "discrete":
         what = 'integrator="discrete" (MuJoCo 4.0\'s discrete integrator)'
-    elif name == "springyield" and any(float(t) != 0 for t in text.split()):
-        what = "springyield (plastic springs)"
-    elif decl == "key" and name == "plastic" and text.split():
-        what = "keyframe plastic states (of springyield springs)"
     elif decl == "insidesite" and name == "enclosed" and text.strip() == "true":
         what = "the enclosure test of insidesite sensors (enclosed)"
     if what:

@@ -50,7 +50,7 @@ _TENDON = {
     "frictionloss": 0.0, "width": 0.003, "material": "", "margin": 0.0,
     "stiffness": np.zeros(3), "damping": np.zeros(3), "armature": 0.0,
     "rgba": np.array([0.5, 0.5, 0.5, 1.0]), "user": np.zeros(0),
-    "springlength": np.array([-1.0, -1.0]),
+    "springlength": np.array([-1.0, -1.0]), "springyield": 0.0,
 }
 
 
@@ -64,6 +64,21 @@ def _tendon_step(rec: dict, attrs: dict, el) -> None:
         if len(vals) == 1:
             sl[1] = sl[0]
         rec["springlength"] = sl
+
+
+def _plastic_layout(out: dict) -> None:
+    """Addresses in the plastic state of the springs with a positive yield: joints first (1
+    value, 4 for a ball's quaternion), then tendons (their dead band, 2 values)."""
+    jtype = np.asarray(out.get("jnt_type", np.zeros(0, np.int64)))
+    jy = np.asarray(out.get("jnt_springyield", np.zeros(len(jtype))), np.float64)
+    width = np.where(jtype == JointType.BALL, 4, 1) * (jy > 0)
+    ty = np.asarray(out["tendon_springyield"], np.float64)
+    widths = np.concatenate([width, 2 * (ty > 0)]).astype(np.int64)
+    adr = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    adr = np.where(widths > 0, adr, -1)
+    out["jnt_plasticadr"] = adr[:len(jtype)]
+    out["tendon_plasticadr"] = adr[len(jtype):]
+    out["nplastic"] = int(widths.sum())
 
 
 def _wrap_error(el, tid: int, msg: str, attr=None) -> MJCFError:
@@ -161,6 +176,8 @@ def compile_tendons(ctx) -> None:
             raise MJCFError("invalid actuatorfrcrange in tendon", el, "actuatorfrcrange")
         if rec["springlength"][0] > rec["springlength"][1]:
             raise MJCFError("invalid springlength in tendon", el, "springlength")
+        if rec["springyield"] < 0:
+            raise MJCFError("springyield cannot be negative in tendon", el, "springyield")
 
     nt = len(recs)
     def f(key):
@@ -188,6 +205,8 @@ def compile_tendons(ctx) -> None:
     out["tendon_frictionloss"] = f("frictionloss").reshape(nt)
     out["tendon_hasfrictionloss"] = out["tendon_frictionloss"] > 0
     out["tendon_lengthspring"] = f("springlength").reshape(nt, 2)
+    out["tendon_springyield"] = f("springyield").reshape(nt)
+    _plastic_layout(out)
     out["tendon_width"] = f("width").reshape(nt)
     out["tendon_length0"] = np.zeros(nt)
     out["tendon_invweight0"] = np.zeros(nt)
@@ -570,6 +589,9 @@ def compile_keyframes(ctx) -> None:
     time = np.zeros(nkey)
     kq = np.tile(qpos0, (nkey, 1)).reshape(nkey, nq)
     kv, ka, kc = np.zeros((nkey, nv)), np.zeros((nkey, na)), np.zeros((nkey, nu))
+    # plastic values not given: NaN here, the reset values once set_const has run
+    npl = int(out.get("nplastic", 0))
+    kp = np.full((nkey, npl), np.nan)
     kmp = np.tile(mpos0, (nkey, 1, 1)).reshape(nkey, nmocap, 3)
     kmq = np.tile(mquat0, (nkey, 1, 1)).reshape(nkey, nmocap, 4)
 
@@ -589,7 +611,7 @@ def compile_keyframes(ctx) -> None:
         # shorter vectors are completed (qpos from qpos0, mocap from the bodies, the rest
         # with zeros); longer ones are errors
         for attr, dst, width in (("qpos", kq, nq), ("qvel", kv, nv), ("act", ka, na),
-                                 ("ctrl", kc, nu)):
+                                 ("ctrl", kc, nu), ("plastic", kp, npl)):
             v = vec(el, attr)
             if v is None or len(v) == 0:
                 continue
@@ -597,7 +619,7 @@ def compile_keyframes(ctx) -> None:
                 raise MJCFError(f"{label}: invalid {attr} size, expected {width}, got {len(v)}",
                                 el, attr)
             dst[k, : len(v)] = v
-            if attr != "qpos":
+            if attr not in ("qpos", "plastic"):
                 dst[k, len(v):] = 0.0
         for attr, dst, w in (("mpos", kmp, 3), ("mquat", kmq, 4)):
             v = vec(el, attr)
@@ -631,3 +653,4 @@ def compile_keyframes(ctx) -> None:
     out["key_time"] = time
     out["key_qpos"], out["key_qvel"], out["key_act"], out["key_ctrl"] = kq, kv, ka, kc
     out["key_mpos"], out["key_mquat"] = kmp, kmq
+    out["key_plastic"] = kp

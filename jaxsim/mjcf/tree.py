@@ -521,6 +521,7 @@ def compile_tree(ctx: Ctx) -> None:
         jnt_solimp=np.array(J["solimplimit"]).reshape(njnt, 5),
         jnt_pos=np.array(J["pos"]).reshape(njnt, 3), jnt_axis=np.array(J["axis"]).reshape(njnt, 3),
         jnt_stiffness=np.array([s[0] for s in J["stiffness"]]).reshape(njnt),
+        jnt_springyield=np.array(J["springyield"], dtype=np.float64).reshape(njnt),
         jnt_stiffnesspoly=np.array([s[1:3] for s in J["stiffness"]]).reshape(njnt, 2),
         jnt_range=np.array(J["range"]).reshape(njnt, 2),
         jnt_actfrcrange=np.array(J["actfrcrange"]).reshape(njnt, 2),
@@ -711,7 +712,8 @@ def _compile_joints(ctx: Ctx, nodes, jnodes) -> dict:
     J = {k: [] for k in ("type", "group", "limited", "actfrclimited", "actgravcomp", "solreflimit",
                          "solimplimit", "solreffriction", "solimpfriction", "pos", "axis",
                          "stiffness", "range", "actfrcrange", "margin", "ref", "springref",
-                         "armature", "damping", "frictionloss", "user", "springdamper", "align")}
+                         "armature", "damping", "frictionloss", "user", "springdamper", "align",
+                         "springyield")}
     for n, (el, frame, cls) in jnodes:
         if el.tag == "freejoint":
             a = ctx.attrs(el, "freejoint", kind="")
@@ -768,6 +770,13 @@ def _compile_joints(ctx: Ctx, nodes, jnodes) -> dict:
         ref, springref = float(ja["ref"]), float(ja["springref"])
         if jtype == JointType.HINGE and comp.degree:
             ref, springref = ctx.angle(ref), ctx.angle(springref)
+        springyield = float(ja["springyield"] or 0.0)
+        if springyield < 0:
+            raise ja.error("springyield cannot be negative in joint", "springyield")
+        if springyield > 0 and jtype == JointType.FREE:
+            raise ja.error("springyield is not supported on free joints", "springyield")
+        if jtype in (JointType.HINGE, JointType.BALL):
+            springyield = ctx.angle(springyield)
         J["type"].append(int(jtype))
         J["group"].append(group)
         J["limited"].append(limited)
@@ -783,6 +792,7 @@ def _compile_joints(ctx: Ctx, nodes, jnodes) -> dict:
         J["margin"].append(float(ja["margin"]))
         J["ref"].append(ref)
         J["springref"].append(springref)
+        J["springyield"].append(springyield)
         J["armature"].append(float(ja["armature"]))
         J["damping"].append(np.asarray(ja["damping"], float))
         J["frictionloss"].append(float(ja["frictionloss"]))
