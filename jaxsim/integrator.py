@@ -547,9 +547,15 @@ def _rot_dofs(m: Model) -> np.ndarray:
 
 def _dexpinv(theta: jax.Array, k: jax.Array) -> jax.Array:
     """Runge-Kutta-Munthe-Kaas correction of a local angular velocity k at the rotation
-    theta of its stage: k + theta x k / 2 + theta x (theta x k) / 12."""
+    theta of its stage, dexp^-1: k + theta x k / 2 + c theta x (theta x k), c = (1 - (t/2)
+    cot(t/2)) / t^2 with t = |theta| (its series 1/12 + t^2/720 near zero), as MuJoCo 4.0."""
     c = jnp.cross(theta, k)
-    return k + 0.5 * c + jnp.cross(theta, c) / 12.0
+    t2 = jnp.sum(theta * theta, axis=-1, keepdims=True)
+    small = t2 < 1e-8
+    ts = jnp.where(small, 1.0, t2)
+    half = 0.5 * jnp.sqrt(ts)
+    coef = jnp.where(small, 1.0 / 12.0 + t2 / 720.0, (1.0 - half / jnp.tan(half)) / ts)
+    return k + 0.5 * c + coef * jnp.cross(theta, c)
 
 
 def rungekutta4(m: Model, d: State, first_stage: bool = False):
@@ -602,10 +608,17 @@ def rungekutta4(m: Model, d: State, first_stage: bool = False):
         v = d.qvel
         if rot.size:
             v = jnp.where(at0, v, v.at[rot].set(_dexpinv(h * dq[rot], v[rot])))
-        return (d, vel.at[i].set(v), acc.at[i].set(d.qacc), adot.at[i].set(d.act_dot)), None
+        keep = (d.ten_length, d.ten_J) if plastic_ten else None
+        return (d, vel.at[i].set(v), acc.at[i].set(d.qacc), adot.at[i].set(d.act_dot)), keep
 
-    (d, vel, acc, adot), _ = lax.scan(stage, (d, vel, acc, adot),
-                                      (jnp.arange(first, 4), jnp.asarray(A, dt)))
+    # plastic tendons move with the length at the initial state, linearised (MuJoCo
+    # recomputes the tendons there in mj_advance, and leaves them in the state)
+    plastic_ten = bool(m.ntendon) and bool(np.any(np.asarray(m.tendon_plasticadr) >= 0))
+    ten0 = (d.ten_length, d.ten_J) if plastic_ten and not first_stage else None
+    (d, vel, acc, adot), kept = lax.scan(stage, (d, vel, acc, adot),
+                                         (jnp.arange(first, 4), jnp.asarray(A, dt)))
+    if plastic_ten and first_stage:
+        ten0 = (kept[0][0], kept[1][0])
     acc0 = acc[0]
     vel, F = list(vel), list(zip(acc, adot, strict=True))
 
@@ -617,5 +630,7 @@ def rungekutta4(m: Model, d: State, first_stage: bool = False):
 
     dq, dv, da = comb(_RK4_B)
     d = d.replace(time=t0, qpos=q0, qvel=v0, act=a0)
+    if ten0 is not None:
+        d = d.replace(ten_length=ten0[0], ten_J=ten0[1])
     out = advance(m, d, da, dv, dq, hist)
     return (out, acc0) if first_stage else out
