@@ -409,9 +409,7 @@ def step1(m: Model, d: State) -> State:
 
     Set ctrl, qfrc_applied or xfrc_applied on the result, then call `step2`.
     """
-    d = check_pos_vel(m, d)
-    d = _sensor.sensor_pos(m, fwd_position(m, d))
-    return _sensor.sensor_vel(m, fwd_velocity(m, d))
+    return pos_vel_stages(m, check_pos_vel(m, d), Stage.NONE, skipsensor=False)
 
 
 def step2(m: Model, d: State) -> State:
