@@ -317,7 +317,36 @@ def _wrap_circle(end, side, has_side, radius):
     p1 = jnp.where(pick0[..., None], sols[0][1], sols[1][1])
     nowrap |= _is_intersect(e0, p0, e1, p1)
     length = _length_circle(p0, p1, ~pick0, radius)
-    return jnp.where(nowrap, -1.0, length), jnp.concatenate([p0, p1], axis=-1)
+    # a side site: the shortest path homotopic to e0 -> side -> e1 (MuJoCo 4.0)
+    s_len, s_pnt, s_wrap = _wrap_circle_side(e0, e1, side, radius, sqrt0, sqrt1)
+    nowrap = jnp.where(has_side, ~s_wrap | (sqlen0 < sqrad) | (sqlen1 < sqrad)
+                       | (radius < MINVAL), nowrap)
+    length = jnp.where(has_side, s_len, length)
+    pnt = jnp.where(has_side[..., None], s_pnt, jnp.concatenate([p0, p1], axis=-1))
+    return jnp.where(nowrap, -1.0, length), pnt
+
+
+def _wrap_circle_side(e0, e1, side, radius, sqrt0, sqrt1):
+    """Wrap with a side site (outside the circle): the path goes around the circle the way
+    the polyline e0 -> side -> e1 winds around its centre, tangent from each end point; no
+    wrap when the winding angle is used up by the two tangent angles (the straight segment
+    then winds that way too). Returns (arc length, tangent points (..., 4), wraps)."""
+    def ang(v):
+        return jnp.arctan2(v[..., 1], v[..., 0])
+
+    def wrap_pi(a):
+        return a - 2 * jnp.pi * jnp.floor((a + jnp.pi) / (2 * jnp.pi))
+
+    t0, t1, ts = ang(e0), ang(e1), ang(side)
+    winding = wrap_pi(ts - t0) + wrap_pi(t1 - ts)
+    r = jnp.maximum(radius, MINVAL)
+    a0 = jnp.arctan2(sqrt0, r)  # angle from an end point's direction to its tangent point
+    a1 = jnp.arctan2(sqrt1, r)
+    arc = jnp.abs(winding) - a0 - a1
+    sgn = jnp.where(winding >= 0, 1.0, -1.0)
+    q0, q1 = t0 + sgn * a0, t1 - sgn * a1
+    pnt = jnp.stack([jnp.cos(q0), jnp.sin(q0), jnp.cos(q1), jnp.sin(q1)], axis=-1)
+    return radius * jnp.maximum(arc, 0.0), radius[..., None] * pnt, arc > 0
 
 
 def _wrap_inside(end, radius):

@@ -390,3 +390,28 @@ def test_sameframe_copies_values_and_keeps_gradients():
     dq = jax.jacfwd(lambda q: smooth.kinematics(m.replace(geom_quat=q), d).geom_xmat[0])(
         m.geom_quat)[..., 0, :]
     assert np.abs(np.asarray(dq)).max() > 0.1  # orientation derivatives survive the copy
+
+
+_MJX_DATA = _MJX
+SIDESITE = [os.path.join(_CORPUS, "core_smooth", f)
+            for f in ("tendon_wrap_sphere.xml", "tendon_wrap_cylinder.xml")]
+SIDESITE += [os.path.join(_MJX_DATA, "tendon", "tendon.xml")]
+
+
+@pytest.mark.parametrize("path", [p for p in SIDESITE if os.path.exists(p)],
+                         ids=os.path.basename)
+def test_side_site_wrapping_at_large_poses(path):
+    """MuJoCo 4.0's side-site rule (the shortest path homotopic to endpoint -> side site ->
+    endpoint, wraps longer than half a turn included) over far-flung configurations."""
+    m = mujoco.MjModel.from_xml_path(path)
+    d = mujoco.MjData(m)
+    model = jaxsim.load(path, dtype=jnp.float64)
+    lengths = jax.jit(lambda s: smooth.tendon(model, smooth.com_pos(
+        model, smooth.kinematics(model, s))).ten_length)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        d.qpos[:] = m.qpos0
+        mujoco.mj_integratePos(m, d.qpos, rng.normal(size=m.nv) * 1.5, 1.0)
+        mujoco.mj_forward(m, d)
+        ours = lengths(jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos)))
+        np.testing.assert_allclose(np.asarray(ours), d.ten_length, atol=1e-9)
