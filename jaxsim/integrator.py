@@ -265,6 +265,19 @@ def actuator_vel_deriv(m: Model, d: State) -> jax.Array:
         rng = m.jnt_actfrcrange[j]
         sat = (tot <= rng[:, 0]) | (tot >= rng[:, 1])
         b = b.at[sel].set(jnp.where(sat, 0.0, b[sel]))
+    # actuators on a tendon whose total actuator force is scaled to its actuatorfrcrange
+    # (MuJoCo 4.0); the scaled total meets the bound up to rounding
+    if m.ntendon:
+        tlim = np.asarray(m.tendon_actfrclimited, bool)
+        onten = (trn == TrnType.TENDON) & (jid >= 0)
+        sel = np.nonzero(onten & tlim[np.clip(jid, 0, m.ntendon - 1)])[0]
+        if len(sel):
+            t = jid[sel]
+            tot = jnp.zeros(m.ntendon, dt).at[t].add(force[sel])[t]
+            rng = m.tendon_actfrcrange[t]
+            tol = 1e-12 * jnp.maximum(1.0, jnp.abs(rng))
+            sat = (tot <= rng[:, 0] + tol[:, 0]) | (tot >= rng[:, 1] - tol[:, 1])
+            b = b.at[sel].set(jnp.where(sat, 0.0, b[sel]))
     mom = d.actuator_moment
     b = b[m.out2act()]
     return mom.T @ (b[:, None] * mom)

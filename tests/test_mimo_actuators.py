@@ -285,3 +285,40 @@ def test_adhesion_matches_mujoco(cone):
             _close(getattr(ours, f), getattr(md, f), f"step {k} {f}", rtol=1e-6, atol=1e-6)
         seen.add(tuple(int(x) for x in (np.abs(_dense_moment(mm, md)[:2]).sum(1) > 0)))
     assert (1, 1) in seen  # both adhesion actuators had contacts at some point
+
+
+SATURATED = """
+<mujoco><option integrator="implicitfast" gravity="0 0 0"/>
+  <worldbody>
+    <body><joint name="a" type="slide" axis="1 0 0"/><geom size=".1" mass="1"/>
+      <body pos="0 0 .3"><joint name="c" axis="0 1 0" actuatorfrcrange="-.5 .5"/>
+        <geom type="capsule" fromto="0 0 0 .3 0 0" size=".05" mass="1"/></body></body>
+    <body pos="0 1 0"><joint name="b" type="slide" axis="1 0 0"/><geom size=".1" mass="1"/></body>
+  </worldbody>
+  <tendon><fixed name="t" actuatorfrcrange="-1 1"><joint joint="a" coef="1"/>
+    <joint joint="b" coef="-0.5"/></fixed></tendon>
+  <actuator><velocity tendon="t" kv="3"/><motor tendon="t"/><velocity joint="a" kv="2"/>
+    <velocity joint="c" kv="4"/><motor joint="c"/></actuator>
+</mujoco>
+"""
+
+
+def test_vel_deriv_drops_actuators_saturated_by_joint_and_tendon_limits():
+    """MuJoCo 4.0: actuators whose joint or tendon total is at its actuatorfrcrange add no
+    velocity derivative (compared on MuJoCo's qDeriv pattern)."""
+    m = jaxsim.load_string(SATURATED, dtype=jnp.float64)
+    mm = mujoco.MjModel.from_xml_string(SATURATED)
+    md = mujoco.MjData(mm)
+    _, _, deriv = _compiled()
+    for ctrl in ([0.1, 0.2, 0.0, 0.0, 0.1], [5, 3, 1, 0, 2], [-5, -3, 1, 0, -2]):
+        mujoco.mj_resetData(mm, md)
+        md.ctrl[:] = ctrl
+        md.qvel[:] = [0.3, -0.2, 0.1]
+        d = _state(m, md)
+        ours = np.asarray(deriv(m, d))
+        mujoco.mj_step(mm, md)
+        for r in range(mm.nv):
+            a, z = mm.D_rowadr[r], mm.D_rownnz[r]
+            cols = mm.D_colind[a:a + z]
+            np.testing.assert_allclose(ours[r, cols], md.qDeriv[a:a + z], atol=1e-12,
+                                       err_msg=f"ctrl {ctrl} row {r}")
