@@ -313,3 +313,26 @@ def test_fuzzed_input_raises_only_our_error(edits):
         jaxsim.load_string(text)
     except MJCFError:
         pass
+
+
+_DCMOTOR = """<mujoco><default><default class="c">{dflt}</default></default>
+  <worldbody><body><joint name="j"/><geom size=".1" mass="1"/></body></worldbody>
+  <actuator><dcmotor class="c" joint="j" {el}/></actuator></mujoco>"""
+
+
+@pytest.mark.parametrize(("dflt", "el"), [
+    ('<general forcerange="-3 3" forcelimited="true"/>', 'motorconst="1" resistance="1" saturation="2"'),
+    ('<general forcerange="-3 3" forcelimited="true"/>', 'motorconst="1" resistance="1" saturation="0"'),
+    ('<dcmotor motorconst="1" resistance="1" saturation="2 0 5"/>', 'saturation="0 3"'),
+    ('<dcmotor motorconst="1" resistance="1" inductance="0.1 0"/>', 'inductance="0"'),
+    ('<dcmotor motorconst="1" resistance="2" inductance="0.3 0.2"/>', 'inductance="0 0.1"'),
+    ('<dcmotor motorconst="1" resistance="1"/>', 'input="none" motorconst="0"'),
+    ('<dcmotor motorconst="1" resistance="1" thermal="2 3 4"/>', ''),
+])
+def test_dcmotor_parameters_match_mujoco(dflt, el):
+    """MuJoCo 4.0's dcmotor rules: an authored saturation replaces inherited force limits, a
+    zero inductance clears the inherited one, K = 0 without controller inputs, C from the
+    thermal time constant."""
+    xml = _DCMOTOR.format(dflt=dflt, el=el)
+    ours = jaxsim.load_string(xml, dtype=jnp.float64)
+    assert model_errors(ours, mujoco.MjModel.from_xml_string(xml)) == []

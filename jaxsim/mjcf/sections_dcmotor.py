@@ -34,13 +34,21 @@ def set_dcmotor(rec: dict, s, ctrlspec_given) -> str:
     thermal = [g(dp[2]), g(dp[3]), 0.0, g(gp[2]), g(gp[3]), g(dp[4])]
     lugre = [g(dp[5]), g(dp[6]), g(bp[3]), g(bp[4]), g(bp[5])]
     ctrlspec = rec["ctrlspec"] if inh else 0
+    authored = set()
     for name, arr, n in (("motorconst", motorconst, 2), ("nominal", nominal, 3),
                          ("saturation", saturation, 3), ("inductance", inductance, 2),
                          ("cogging", cogging, 3), ("controller", controller, 6),
                          ("thermal", thermal, 6), ("lugre", lugre, 5)):
         v = s.get(name, n, exact=False)
         if v is not None:
-            arr[: len(v)] = v
+            authored.add(name)
+            if name == "inductance" and not any(v):
+                arr[:] = [0.0] * len(arr)  # a zero inductance clears the inherited one
+            else:
+                arr[: len(v)] = v
+    if "saturation" in authored:  # MuJoCo 4.0: the limits come from this saturation only
+        rec["forcerange"] = np.zeros(2)
+        rec["forcelimited"] = LIMITED["false"]
     r = s.get("resistance")
     if r is not None:
         resistance = r
