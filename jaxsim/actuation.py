@@ -467,7 +467,7 @@ def actuation(m: Model, d: State) -> State:
     period = _wrap_period(m)
     if len(pid):
         (has_s, i_s), (has_i, i_i) = _pid_slots(m, pid)
-        dp, gp = m.actuator_dynprm[pid], m.actuator_gainprm[pid]
+        dp = m.actuator_dynprm[pid]
         c, per = ctrl[pid], period[pid]
         a_s = _act_at(d.act, i_s, has_s)
         step = dp[:, 1] * h
@@ -482,7 +482,6 @@ def actuation(m: Model, d: State) -> State:
                         jnp.where((imax > 0) & (z <= -imax), jnp.maximum(err, 0.0), err))
         act_dot = _put(act_dot, i_i, has_i, err)
         ctrl = ctrl.at[pid].set(c)
-        del gp
 
     # dc motors: slew, integral, temperature, bristle and current states
     dcm = _kind(m, gain=GainType.DCMOTOR)
@@ -519,6 +518,7 @@ def actuation(m: Model, d: State) -> State:
         has, idx = sl["bristle"]
         act_dot = _put(act_dot, idx, has,
                        _stribeck_rate(m, dcm, v) * _act_at(d.act, idx, has) + v)
+        dc_volt, dc_R = volt, R  # the force below uses the same drive and resistance
         didt = (volt / R - K / R * v - cur) / jnp.where(te > 0, te, 1.0)
         didt = jnp.where(dp[:, 1] > 0, jnp.clip(didt, -dp[:, 1], dp[:, 1]), didt)
         act_dot = _put(act_dot, idx_c, has_c, didt)
@@ -564,25 +564,16 @@ def actuation(m: Model, d: State) -> State:
         gp, bp = gainprm[pid], biasprm[pid]
         qref = _wrap_setpoint(pos, length[pid], period[pid])
         f = -bp[:, 1] * qref - bp[:, 2] * vel + ff
-        (_, _), (has_i, i_i) = _pid_slots(m, pid)
         early = jnp.asarray(np.asarray(m.actuator_actearly, bool)[pid])
         z = _act_at(d.act, i_i, has_i)
         if nxt is not None:
             z = jnp.where(early, _act_at(nxt, i_i, has_i), z)
         f = f + jnp.where(has_i & jnp.asarray(actnum[pid] > 0), gp[:, 0] * z, 0.0)
         force = force.at[pid].set(f + bias[pid])
-    if len(dcm):
-        sl = _dc_slots(m, dcm)
-        gp, dp = gainprm[dcm], m.actuator_dynprm[dcm]
-        R = _dc_resistance(m, dcm, d.act, sl)
-        K, te = gp[:, 1], dp[:, 0]
-        has, idx = sl["integral"]
-        xi = _act_at(d.act, idx, has)
-        volt = _dc_drive(m, dcm, _inputs(m, dcm, ctrl_all, ctrl[dcm]), length[dcm],
-                         velocity[dcm], xi)
-        volt = jnp.where(jnp.asarray(ctrlnum[dcm] > 0), volt, 0.0)
-        g = K / jnp.maximum(math.MINVAL, R)
-        f = g * volt - g * K * velocity[dcm]
+    if len(dcm):  # without controls the drive voltage is 0
+        K, te = gainprm[dcm, 1], m.actuator_dynprm[dcm, 0]
+        g = K / jnp.maximum(math.MINVAL, dc_R)
+        f = g * dc_volt - g * K * velocity[dcm]
         has, idx = sl["current"]
         if nxt is None:
             nxt = next_activation(m, d, act_dot)
@@ -618,7 +609,7 @@ def actuation(m: Model, d: State) -> State:
         bp, dp = biasprm[dcm], m.actuator_dynprm[dcm]
         ln = length[dcm]
         f = force[dcm] + jnp.where(bp[:, 0] != 0, bp[:, 0] * jnp.sin(bp[:, 1] * ln + bp[:, 2]), 0.0)
-        has, idx = _dc_slots(m, dcm)["bristle"]
+        has, idx = sl["bristle"]
         z, zdot = _act_at(d.act, idx, has), _act_at(act_dot, idx, has)
         f = f - jnp.where(has, dp[:, 5] * z + dp[:, 6] * zdot, 0.0)
         if off.any():

@@ -205,18 +205,10 @@ def _apply(rec: dict, tag: str, attrs: dict, el, is_element: bool) -> None:
         spec = _read_input(el, attrs, rec)
         if spec is not None:
             rec["ctrlspec"] = spec
-        if kv is not None and dampratio is not None:
-            err = "kv and dampratio cannot both be defined"
-        else:
-            gp[0], bp[1] = kp, -kp
-            if kv is not None:
-                err = "kv cannot be negative" if kv < 0 else err
-                bp[2] = -kv
-            if dampratio is not None:
-                err = "dampratio cannot be negative" if dampratio < 0 else err
-                bp[2] = dampratio
-            rec.update(gaintype=int(GainType.SO3), biastype=int(BiasType.SO3),
-                       dyntype=int(DynType.NONE))
+        gp[0] = kp
+        err = _servo_bias(bp, kp, kv, dampratio)
+        rec.update(gaintype=int(GainType.SO3), biastype=int(BiasType.SO3),
+                   dyntype=int(DynType.NONE))
     elif tag == "motor":
         _reset(rec)
         rec.update(dyntype=int(DynType.NONE), gaintype=int(GainType.FIXED),
@@ -261,27 +253,18 @@ def _apply(rec: dict, tag: str, attrs: dict, el, is_element: bool) -> None:
             rec["ctrlrange"] = np.array(pr, dtype=np.float64)
         ir = s.get("inheritrange")
         ir = rec["inheritrange"] if ir is None else ir
-        if kv is not None and dampratio is not None:
-            err = "kv and dampratio cannot both be defined"
-        else:
-            bp[1] = -kp
-            if kv is not None:
-                err = "kv cannot be negative" if kv < 0 else err
-                bp[2] = -kv
-            if dampratio is not None:
-                err = "dampratio cannot be negative" if dampratio < 0 else err
-                bp[2] = dampratio
-            if not err:
-                if slew < 0:
-                    err = "slewmax cannot be negative"
-                gp[0] = ki
-                dp[1] = slew
-                rec["dyntype"] = int(DynType.PID if (ki or slew) else DynType.NONE)
-                if ki:
-                    dp[0] = imax
-                rec["inheritrange"] = ir
-                err = err or _inherit_conflict(rec, attrs, "ctrlrange", ("ctrlrange", "posrange"))
-                rec.update(gaintype=int(GainType.PID), biastype=int(BiasType.AFFINE))
+        err = _servo_bias(bp, kp, kv, dampratio)
+        if not err:
+            if slew < 0:
+                err = "slewmax cannot be negative"
+            gp[0] = ki
+            dp[1] = slew
+            rec["dyntype"] = int(DynType.PID if (ki or slew) else DynType.NONE)
+            if ki:
+                dp[0] = imax
+            rec["inheritrange"] = ir
+            err = err or _inherit_conflict(rec, attrs, "ctrlrange", ("ctrlrange", "posrange"))
+            rec.update(gaintype=int(GainType.PID), biastype=int(BiasType.AFFINE))
     elif tag == "velocity":
         kv = s.get("kv")
         kv = gp[0] if kv is None else kv
@@ -398,13 +381,12 @@ def _compatible(tag: str, rec: dict) -> bool:
     return False  # motor: nothing to inherit
 
 
-def _set_position(rec, kp, kv, dampratio, timeconst, inheritrange) -> str:
-    """mjs_setToPosition."""
-    gp, bp, dp = rec["gainprm"], rec["biasprm"], rec["dynprm"]
-    gp[0] = kp
-    bp[1] = -kp
-    if dampratio is not None and kv is not None:
+def _servo_bias(bp, kp, kv, dampratio) -> str:
+    """A servo's bias: -kp on the position, -kv (or a dampratio, converted by set_const) on
+    the velocity (mjs_setToPosition, mjs_setToPID, mjs_setToOrientation). Returns an error."""
+    if kv is not None and dampratio is not None:
         return "kv and dampratio cannot both be defined"
+    bp[1] = -kp
     if kv is not None:
         if kv < 0:
             return "kv cannot be negative"
@@ -413,6 +395,16 @@ def _set_position(rec, kp, kv, dampratio, timeconst, inheritrange) -> str:
         if dampratio < 0:
             return "dampratio cannot be negative"
         bp[2] = dampratio
+    return ""
+
+
+def _set_position(rec, kp, kv, dampratio, timeconst, inheritrange) -> str:
+    """mjs_setToPosition."""
+    gp, bp, dp = rec["gainprm"], rec["biasprm"], rec["dynprm"]
+    gp[0] = kp
+    err = _servo_bias(bp, kp, kv, dampratio)
+    if err:
+        return err
     if timeconst is not None:
         if timeconst < 0:
             return "timeconst cannot be negative"
