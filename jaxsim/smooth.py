@@ -752,14 +752,27 @@ def _ldl_plan(dof_parentid: tuple) -> tuple:
 @functools.lru_cache(maxsize=256)
 def _ldl_levels(dof_parentid: tuple) -> tuple:
     """The dofs of each depth (deepest first) as rows of a (levels, width) table padded
-    with nv, and the ancestor mask with a zero row nv for the padding."""
+    with nv; the ancestor mask with a zero row nv for the padding; and each tabled dof's
+    proper ancestors as a (levels, width, max depth) table padded with nv."""
     anc, levels = _ldl_plan(dof_parentid)
     nv = len(dof_parentid)
     width = max(len(K) for K in levels)
     idx = np.full((len(levels), width), nv, np.int32)
     for i, K in enumerate(levels):
         idx[i, :len(K)] = K
-    return idx, np.concatenate([anc, np.zeros((1, nv), bool)])
+    depth = max(1, int(anc.sum(1).max()))
+    ancl = np.full((len(levels), width, depth), nv, np.int32)
+    for i, K in enumerate(levels):
+        for j, k in enumerate(K):
+            a = np.nonzero(anc[k])[0]
+            ancl[i, j, :len(a)] = a
+    return idx, np.concatenate([anc, np.zeros((1, nv), bool)]), ancl
+
+
+# A level updates the (nv, nv) matrix densely while width * nv * nv stays below this (fast
+# for small trees); wider levels (many trees: piles of free bodies) gather and scatter their
+# dofs' ancestor blocks only, so memory and work grow with width * depth^2.
+DENSE_LEVEL_MAX = 1 << 22
 
 
 def factor_m(m: Model, d: State) -> State:
@@ -776,22 +789,34 @@ def factor_m(m: Model, d: State) -> State:
     nv = m.nv
     if not nv:
         return d
-    idx, anc = _ldl_levels(tuple(int(p) for p in np.asarray(m.dof_parentid)))
+    idx, anc, ancl = _ldl_levels(tuple(int(p) for p in np.asarray(m.dof_parentid)))
     dt = d.qM.dtype
     pad = jnp.zeros((1, nv), dt)
+    dense = idx.shape[1] * nv * nv <= DENSE_LEVEL_MAX
+
+    def pivots(K, dk):
+        real = K < nv
+        low = real & (dk < math.MINVAL)
+        return jnp.where(low, math.MINVAL, jnp.where(real, dk, 1.0)), low
 
     def level(i, carry):
         A, L, D, clamped = carry
         K = jnp.asarray(idx)[i]
-        real = K < nv
-        Ak = jnp.concatenate([A, pad])[K]  # rows of the level (zeros for the padding)
-        dk = jnp.where(real, Ak[jnp.arange(K.shape[0]), jnp.minimum(K, nv - 1)], 1.0)
-        low = real & (dk < math.MINVAL)
-        dk = jnp.where(low, math.MINVAL, dk)
-        a = jnp.where(jnp.asarray(anc)[K], Ak, 0.0)  # M[k, ancestors of k]
-        lk = a / dk[:, None]
-        A = A - jnp.sum(lk[:, :, None] * a[:, None, :], 0)  # lk' a, as multiply-adds
-        L = L.at[K].set(lk, mode="drop")
+        if dense:
+            Ak = jnp.concatenate([A, pad])[K]  # rows of the level (zeros for the padding)
+            dk, low = pivots(K, Ak[jnp.arange(K.shape[0]), jnp.minimum(K, nv - 1)])
+            a = jnp.where(jnp.asarray(anc)[K], Ak, 0.0)  # M[k, ancestors of k]
+            lk = a / dk[:, None]
+            A = A - jnp.sum(lk[:, :, None] * a[:, None, :], 0)  # lk' a, as multiply-adds
+            L = L.at[K].set(lk, mode="drop")
+        else:
+            P = jnp.asarray(ancl)[i]  # (width, depth) ancestors of each dof of the level
+            dk, low = pivots(K, A.at[K, K].get(mode="fill", fill_value=1.0))
+            a = A.at[K[:, None], P].get(mode="fill", fill_value=0.0)
+            lk = a / dk[:, None]
+            A = A.at[P[:, :, None], P[:, None, :]].add(-lk[:, :, None] * a[:, None, :],
+                                                      mode="drop")
+            L = L.at[K[:, None], P].set(lk, mode="drop")
         D = D.at[K].set(dk, mode="drop")
         return A, L, D, clamped | jnp.any(low)
 

@@ -415,3 +415,52 @@ def test_side_site_wrapping_at_large_poses(path):
         mujoco.mj_forward(m, d)
         ours = lengths(jaxsim.make_state(model).replace(qpos=jnp.asarray(d.qpos)))
         np.testing.assert_allclose(np.asarray(ours), d.ten_length, atol=1e-9)
+
+
+_WIDE_TREES = """<mujoco><worldbody>
+  <body pos="0 0 1"><freejoint/><geom type="box" size=".1 .2 .3" mass="2"/>
+    <body pos=".2 0 0"><joint type="ball"/><geom type="capsule" size=".05" fromto="0 0 0 .3 0 0"/>
+      <body pos=".3 0 0"><joint axis="0 1 0"/><geom type="sphere" size=".07"/></body>
+    </body>
+    <body pos="-.2 0 0"><joint axis="1 0 0"/><joint type="slide" axis="0 0 1"/>
+      <geom type="sphere" size=".06"/></body>
+  </body>
+  <body pos="1 0 1"><freejoint/><geom type="sphere" size=".1"/></body>
+  <body pos="2 0 1"><joint axis="0 0 1"/><geom type="box" size=".1 .1 .1"/>
+    <body pos=".3 0 0"><joint axis="0 1 0"/><geom type="sphere" size=".05"/></body>
+  </body>
+  <body pos="3 0 1"><joint type="slide" axis="1 0 0"/><joint type="slide" axis="0 1 0"/>
+    <joint type="slide" axis="0 0 1"/><joint type="slide" axis="1 1 0"/>
+    <geom type="box" size=".05 .05 .05" mass="1"/></body>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense-levels", "sparse-levels"])
+def test_factor_m_by_levels_matches_mujoco(sparse, monkeypatch):
+    """The tree L'DL both ways a level can be eliminated (dense rank-width update, or
+    gathered ancestor blocks as for wide forests) against mj_factorM, traced and on the
+    host (set_const), including a clamped pivot (four slides in three dimensions: singular M)."""
+    if sparse:
+        monkeypatch.setattr(smooth, "DENSE_LEVEL_MAX", 0)
+    mm = mujoco.MjModel.from_xml_string(_WIDE_TREES)
+    md = mujoco.MjData(mm)
+    rng = np.random.default_rng(3)
+    md.qpos[:] = mm.qpos0 + 0.3 * rng.standard_normal(mm.nq)
+    mujoco.mj_forward(mm, md)
+    m = jaxsim.load_string(_WIDE_TREES, dtype=jnp.float64)  # set_const: host path
+    np.testing.assert_allclose(np.asarray(m.dof_invweight0), mm.dof_invweight0, rtol=1e-9)
+    d = jax.jit(lambda m, d: smooth.factor_m(m, smooth.make_m(m, smooth.com_pos(
+        m, smooth.kinematics(m, d)))))(m, jaxsim.make_state(m).replace(qpos=jnp.asarray(md.qpos)))
+    qLD = _dense(mm, md, mm.M_rownnz, mm.M_rowadr, mm.M_colind, md.qLD, mm.nv)
+    _close("qLD", d.qLD, qLD, 1e-10)
+    _close("qLDiagInv", d.qLDiagInv, md.qLDiagInv, 1e-10)
+    assert int(d.warning[0]) == int(md.warning[mujoco.mjtWarning.mjWARN_INERTIA].number > 0) == 1
+
+
+def test_wide_forest_loads():
+    """1000 free bodies (models/pile1000.xml): the levels of the L'DL in set_const are 1000
+    dofs wide, eliminated by their ancestor blocks (a dense (1000, nv, nv) update would ask
+    for hundreds of GB)."""
+    m = jaxsim.load(os.path.join(os.path.dirname(__file__), "..", "models", "pile1000.xml"))
+    assert m.nv == 6000
+    assert np.all(np.asarray(m.dof_invweight0) > 0)
