@@ -62,11 +62,13 @@ class Plan(NamedTuple):
     eq_weld: np.ndarray  # 6 rows each
     eq_joint: np.ndarray  # 1 row each
     eq_tendon: np.ndarray  # 1 row each
+    eq_flex: np.ndarray  # the equality id of each flex edge row (one per non-rigid edge)
     fri_dof: np.ndarray  # dof ids with a friction-loss row
     fri_ten: np.ndarray  # tendon ids with a friction-loss row
     lim_jnt: np.ndarray  # limited slide/hinge joints, 2 rows each (lower, upper)
     lim_ball: np.ndarray  # limited ball joints, 1 row each
     lim_ten: np.ndarray  # limited tendons, 2 rows each (lower, upper)
+    eq_flex_edge: np.ndarray  # the flex edge of each eq_flex row
     perm: np.ndarray  # non-contact rows: MuJoCo position -> position in generation order
     nfixed: int  # number of non-contact rows
     ncon: int  # contact slots
@@ -79,7 +81,7 @@ class Plan(NamedTuple):
 # the non-contact rows in generation order (as `_fixed_rows` emits them): kind, rows per
 # object, MuJoCo section (equality, dof friction, tendon friction, joint and tendon limits)
 _ROW_KINDS = (("eq_connect", 3, 0), ("eq_weld", 6, 0), ("eq_joint", 1, 0), ("eq_tendon", 1, 0),
-              ("fri_dof", 1, 1), ("fri_ten", 1, 2), ("lim_jnt", 2, 3), ("lim_ball", 1, 3),
+              ("eq_flex", 1, 0), ("fri_dof", 1, 1), ("fri_ten", 1, 2), ("lim_jnt", 2, 3), ("lim_ball", 1, 3),
               ("lim_ten", 2, 4))
 
 
@@ -97,6 +99,7 @@ def row_positions(p: Plan, kind: str) -> np.ndarray:
 
 _KIND_TYPES = {"eq_connect": ConstraintType.EQUALITY, "eq_weld": ConstraintType.EQUALITY,
                "eq_joint": ConstraintType.EQUALITY, "eq_tendon": ConstraintType.EQUALITY,
+               "eq_flex": ConstraintType.EQUALITY,
                "fri_dof": ConstraintType.FRICTION_DOF, "fri_ten": ConstraintType.FRICTION_TENDON,
                "lim_jnt": ConstraintType.LIMIT_JOINT, "lim_ball": ConstraintType.LIMIT_JOINT,
                "lim_ten": ConstraintType.LIMIT_TENDON}
@@ -113,6 +116,15 @@ def fixed_row_objects(p: Plan) -> tuple[np.ndarray, np.ndarray]:
             types[pos] = int(_KIND_TYPES[name])
             ids[pos] = obj[:, None]
     return types, ids
+
+
+def row_flex_edges(p: Plan) -> np.ndarray:
+    """(nfixed,) the flex edge of each non-contact row in MuJoCo's order (-1: not a flex
+    edge equality row)."""
+    out = np.full(p.nfixed, -1, np.int64)
+    if len(p.eq_flex):
+        out[row_positions(p, "eq_flex")[:, 0]] = p.eq_flex_edge
+    return out
 
 
 def _maybe(x, test) -> np.ndarray:
@@ -194,10 +206,12 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
     eq_type = _np(m.eq_type)
     kinds = {}
     if off or flags & DisableBit.EQUALITY:
-        kinds.update(eq_connect=empty, eq_weld=empty, eq_joint=empty, eq_tendon=empty)
+        kinds.update(eq_connect=empty, eq_weld=empty, eq_joint=empty, eq_tendon=empty,
+                     eq_flex=empty)
+        flex_edge = empty
     else:
         bad = sorted(set(eq_type.tolist()) - {EqType.CONNECT, EqType.WELD, EqType.JOINT,
-                                               EqType.TENDON})
+                                               EqType.TENDON, EqType.FLEX})
         if bad:
             from jaxsim import flex
 
@@ -207,6 +221,14 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
         for name, t in (("eq_connect", EqType.CONNECT), ("eq_weld", EqType.WELD),
                         ("eq_joint", EqType.JOINT), ("eq_tendon", EqType.TENDON)):
             kinds[name] = np.nonzero(eq_type == t)[0]
+        # flex edge equalities: one row per non-rigid edge of the flex, in edge order
+        rows = [(i, e) for i in np.nonzero(eq_type == EqType.FLEX)[0]
+                for f in (int(_np(m.eq_obj1id)[i]),)
+                for e in range(int(_np(m.flex_edgeadr)[f]),
+                               int(_np(m.flex_edgeadr)[f] + _np(m.flex_edgenum)[f]))
+                if not _np(m.flexedge_rigid)[e]]
+        kinds["eq_flex"] = np.asarray([r[0] for r in rows], np.int64)
+        flex_edge = np.asarray([r[1] for r in rows], np.int64)
     if off or flags & DisableBit.FRICTIONLOSS:
         kinds.update(fri_dof=empty, fri_ten=empty)
     else:
@@ -240,7 +262,7 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
                                      m.opt.cone == Cone.ELLIPTIC), np.int64)
     nrow = int(crow.max(initial=0))
     cadr = (nfixed + np.cumsum(crow) - crow).astype(np.int64)
-    out = Plan(**kinds, perm=perm, nfixed=nfixed, ncon=int(ncon), nrow=nrow,
+    out = Plan(**kinds, eq_flex_edge=flex_edge, perm=perm, nfixed=nfixed, ncon=int(ncon), nrow=nrow,
                nefc=nfixed + int(crow.sum()), crow=crow, cadr=cadr)
     if len(_PLANS) > 64:
         _PLANS.clear()
@@ -541,6 +563,15 @@ def _fixed_rows(m: Model, d: State, p: Plan) -> _Rows | None:
              solimp=_rep(m.eq_solimp[ids], k), type_=ConstraintType.EQUALITY,
              id_=np.repeat(ids, k), active=_rep(on[ids], k) & _nonempty(r["J"], k))
 
+    if len(p.eq_flex):
+        from jaxsim import flex
+
+        ids, e = p.eq_flex, p.eq_flex_edge
+        length, J = flex.edges(m, d, e)
+        part(len(ids), J=J, pos=length - m.flexedge_length0[e], solref=m.eq_solref[ids],
+             solimp=m.eq_solimp[ids], diag=m.flexedge_invweight0[e],
+             type_=ConstraintType.EQUALITY, id_=ids, active=on[ids] & _nonempty(J, 1))
+
     if len(p.fri_dof):
         i = p.fri_dof
         fl = m.dof_frictionloss[i]
@@ -730,7 +761,8 @@ def make_constraint(m: Model, d: State) -> Efc:
 
     fx = _fixed_rows(m, d, p)
     if fx is not None and sleep.enabled(m):
-        fx = fx._replace(active=fx.active & sleep.rows_awake(m, d, fx.type, fx.id))
+        fx = fx._replace(active=fx.active & sleep.rows_awake(m, d, fx.type, fx.id,
+                                                             row_flex_edges(p)))
     cr = _contact_rows(m, d, p) if p.nrow else None
     nc = p.nefc - p.nfixed
     bc, bj = block_index(p)

@@ -6,8 +6,9 @@ the vertex offset is zero, else at the offset rotated by the body frame. An edge
 Jacobian is its unit direction times the difference of the end points' translational
 Jacobians.
 
-Not implemented (refused by `check_supported` when the forward pass would need them):
-contacts of flexes with geoms or with themselves, and flex edge equality constraints.
+Flex edge equality rows (mjEQ_FLEX) are built with the other equality rows in
+`jaxsim.constraint`. Not implemented (refused by `check_supported` when the forward pass
+would need them): contacts of flexes with geoms, with other flexes or with themselves.
 """
 
 from __future__ import annotations
@@ -96,10 +97,6 @@ def check_supported(m: Model) -> None:
         return
     for f in range(m.nflex):
         where = m.flex_where[f] if f < len(m.flex_where) else f"flex {f}"
-        if int(m.flex_edgeequality[f]) and not flags & DisableBit.EQUALITY:
-            raise MJCFError(f"{where}: flex edge equality constraints are not supported by "
-                            "jaxsim yet (disable the equality or constraint flag to simulate "
-                            "without them)")
         if not flags & DisableBit.CONTACT and _collides(m, f):
             raise MJCFError(f"{where}: flex collisions are not supported by jaxsim yet (set "
                             "the flex contype and conaffinity to 0, or disable contacts)")

@@ -214,7 +214,7 @@ def _islands(m: Model, d: State, efc) -> jax.Array:
         return jnp.full(m.ntree, -1, jnp.int32)
     p = _constraint.plan(m, d.contact.dist.shape[0])
     types, ids = _constraint.fixed_row_objects(p)
-    fixed = _sleep.row_trees(m, types, ids)
+    fixed = _sleep.row_trees(m, types, ids, _constraint.row_flex_edges(p))
     con_on = efc.contact_dim > 0 if p.nrow else None
     return _sleep.islands(m, d, fixed, efc.active[:p.nfixed], con_on)
 

@@ -226,6 +226,7 @@ def _constraint_ext(m: Model, d: State) -> jax.Array:
     # connect (3 rows: force) and weld (6 rows: force, torque) equalities, by eq id order
     kinds = [(i, 3) for i in p.eq_connect] + [(i, 6) for i in p.eq_weld]
     kinds += [(i, 1) for i in p.eq_joint] + [(i, 1) for i in p.eq_tendon]
+    kinds += [(i, 1) for i in p.eq_flex]
     kinds.sort()
     adr, first = {}, 0
     for i, k in kinds:

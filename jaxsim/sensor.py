@@ -221,7 +221,8 @@ def _limit_plan(m: Model, d: State, tendon: bool, ids: np.ndarray):
     from jaxsim import constraint
 
     p = constraint.plan(m, d.contact.dist.shape[0])
-    neq = 3 * len(p.eq_connect) + 6 * len(p.eq_weld) + len(p.eq_joint) + len(p.eq_tendon)
+    neq = (3 * len(p.eq_connect) + 6 * len(p.eq_weld) + len(p.eq_joint) + len(p.eq_tendon)
+           + len(p.eq_flex))
     start = neq + len(p.fri_dof) + len(p.fri_ten)
     if tendon:
         start += 2 * len(p.lim_jnt) + len(p.lim_ball)

@@ -398,12 +398,24 @@ def wake_equality(m: Model, d: State) -> State:
 # ----------------------------------------------------------------- constraint rows
 
 
-def row_trees(m: Model, types: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """(n, 2) trees each non-contact constraint row touches (-1: none)."""
+def _edge_bodies(m: Model, e: int) -> tuple[int, int]:
+    """Bodies of flex edge e's two vertices."""
+    f = int(np.searchsorted(_i(m.flex_edgeadr), e, side="right") - 1)
+    v = _i(m.flex_vertadr)[f] + _i(m.flex_edge)[e]
+    vb = _i(m.flex_vertbodyid)
+    return int(vb[v[0]]), int(vb[v[1]])
+
+
+def row_trees(m: Model, types: np.ndarray, ids: np.ndarray,
+              flex_edges: np.ndarray | None = None) -> np.ndarray:
+    """(n, 2) trees each non-contact constraint row touches (-1: none); `flex_edges`: the
+    flex edge of each row that is a flex edge equality row (-1 otherwise)."""
     bt = _i(m.body_treeid)
     out = np.full((len(types), 2), -1, np.int64)
     for r, (t, i) in enumerate(zip(types, ids, strict=True)):
-        if t == ConstraintType.EQUALITY:
+        if flex_edges is not None and flex_edges[r] >= 0:
+            out[r] = [bt[b] for b in _edge_bodies(m, int(flex_edges[r]))]
+        elif t == ConstraintType.EQUALITY:
             b1, b2 = _eq_bodies(m, int(i))
             out[r] = [bt[b1] if b1 >= 0 else -1, bt[b2] if b2 >= 0 else -1]
         elif t == ConstraintType.FRICTION_DOF:
@@ -415,15 +427,18 @@ def row_trees(m: Model, types: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def rows_awake(m: Model, d: State, types: np.ndarray, ids: np.ndarray) -> jax.Array:
+def rows_awake(m: Model, d: State, types: np.ndarray, ids: np.ndarray,
+               flex_edges: np.ndarray | None = None) -> jax.Array:
     """(n,) bool: non-contact rows MuJoCo builds for the current sleep state (equalities
     with an awake side, friction-loss dofs and limited joints of awake trees; tendon rows
     always)."""
     bs = body_state(m, d.tree_asleep)
     out = []
-    for t, i in zip(types, ids, strict=True):
+    for r, (t, i) in enumerate(zip(types, ids, strict=True)):
         if t == ConstraintType.EQUALITY:
-            b1, b2 = _eq_bodies(m, int(i))
+            b1, b2 = (_edge_bodies(m, int(flex_edges[r]))
+                      if flex_edges is not None and flex_edges[r] >= 0
+                      else _eq_bodies(m, int(i)))
             s1 = bs[b1] if b1 >= 0 else SleepState.STATIC
             s2 = bs[b2] if b2 >= 0 else SleepState.STATIC
             out.append((s1 == SleepState.AWAKE) | (s2 == SleepState.AWAKE))

@@ -1,5 +1,6 @@
 """Flexes: <flexcomp> expansion and <flex> compilation against MuJoCo's compiler; edge
-spring-dampers against mj_forward; clear errors for the flex physics jaxsim lacks."""
+spring-dampers and edge equality rows against mj_forward; clear errors for the flex physics
+jaxsim lacks."""
 
 from __future__ import annotations
 
@@ -121,15 +122,71 @@ def test_flex_physics_jaxsim_lacks_raises_naming_the_flexcomp():
     # raised while tracing (eval_shape compiles nothing)
     with pytest.raises(MJCFError, match=r"line \d+|<flex 'rope'>.*collisions"):
         jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
-    eq = SPRING_XML.replace('<edge stiffness="80" damping="3"/>', '<edge equality="true"/>')
-    m = jaxsim.load_string(eq)
-    with pytest.raises(MJCFError, match="flex edge equality"):
-        jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
-    # without constraints the same model simulates
-    off = eq.replace('<option gravity="0 0 -9.81"/>',
-                     '<option><flag constraint="disable"/></option>')
+    # without contacts the same model simulates
+    off = colliding.replace('<option gravity="0 0 -9.81"/>',
+                            '<option><flag contact="disable"/></option>')
     m = jaxsim.load_string(off)
     assert np.isfinite(np.asarray(jax.jit(jaxsim.step)(m, jaxsim.make_state(m)).qpos)).all()
+
+
+CLOTH_XML = """
+<mujoco>
+  <option gravity="0 0 -9.81"{flags}/>
+  <worldbody>
+    <body name="post" pos="0 0 .5"><freejoint/><geom type="box" size=".02 .02 .02"/></body>
+    <flexcomp name="cloth" type="grid" count="4 3 1" spacing=".1 .1 .1" pos="0 0 1" dim="2"
+              radius=".01" mass="0.3">
+      <edge equality="true" solref=".01 1" damping="0.01"/>
+      <contact contype="0" conaffinity="0"/>
+      <pin id="0 3"/>
+    </flexcomp>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("flags", ["", '><flag sleep="enable"/></option><option'],
+                         ids=["islands", "sleep"])
+def test_flex_edge_equality_rows_match_mujoco(flags):
+    """mjEQ_FLEX: one equality row per non-rigid edge (length - rest length along the edge
+    Jacobian, diagonal from flexedge_invweight0), against mj_forward (rows, forces,
+    accelerations), mj_step and mj_inverse, islands and the sleep-enabled row filter
+    included."""
+    xml = CLOTH_XML.replace("{flags}", flags)
+    ref, m = _pair(xml)
+    assert ref.neq == 1 and ref.eq_type[0] == mujoco.mjtEq.mjEQ_FLEX
+    d = mujoco.MjData(ref)
+    rng = np.random.default_rng(5)
+    fwd, stp, inv = jax.jit(jaxsim.forward), jax.jit(jaxsim.step), jax.jit(jaxsim.inverse)
+    state = jaxsim.make_state(m)
+    for _ in range(2):
+        mujoco.mj_resetData(ref, d)
+        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * 0.02
+        d.qvel[:] = rng.normal(size=ref.nv) * 0.3
+        mujoco.mj_forward(ref, d)
+        st = state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel))
+        out = fwd(m, st)
+        n = d.nefc
+        assert n == ref.nflexedge - int(ref.flexedge_rigid.sum()) > 0
+        assert np.all(d.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY)
+        assert np.asarray(out.efc_active)[:n].all()
+        np.testing.assert_array_equal(np.asarray(out.efc_state)[:n], d.efc_state)
+        np.testing.assert_allclose(np.asarray(out.efc_force)[:n], d.efc_force, rtol=1e-8,
+                                   atol=1e-9)
+        for f in ("qfrc_constraint", "qacc"):
+            np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-8,
+                                       atol=1e-8, err_msg=f)
+        assert np.abs(d.qfrc_constraint).max() > 1e-2
+        ds = mujoco.MjData(ref)
+        mujoco.mj_copyData(ds, ref, d)
+        mujoco.mj_step(ref, ds)
+        so = stp(m, st)
+        np.testing.assert_allclose(np.asarray(so.qvel), ds.qvel, rtol=1e-8, atol=1e-9)
+        di = mujoco.MjData(ref)
+        mujoco.mj_copyData(di, ref, d)
+        mujoco.mj_inverse(ref, di)
+        io = inv(m, out.replace(qacc=np.array(d.qacc)))
+        np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-8)
 
 
 @pytest.mark.parametrize("bad,what", [

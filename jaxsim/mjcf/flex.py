@@ -5,8 +5,8 @@ centred on their bodies, their offsets), its elements and the edges MuJoCo deriv
 them (in MuJoCo's order, deduplicated), the edge spring-damper, the contact parameters and
 whether edges are rigid (both ends welded together). Elasticity from Young's modulus,
 interpolated (trilinear/quadratic) flexes and flex plugins are refused with an error;
-flex collisions and flex equality rows are refused when the forward pass would need them
-(see jaxsim.flex).
+flex edge equalities become constraint rows (jaxsim.constraint); flex collisions are refused
+when the forward pass would need them (see jaxsim.flex).
 """
 
 from __future__ import annotations
