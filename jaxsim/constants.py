@@ -151,10 +151,7 @@ def set_const(m: Model) -> Model:
 
         fl_len0, fl_J = flex.edges(m, d)
         fid = np.repeat(np.arange(m.nflex), np.asarray(m.flex_edgenum))
-        vadr = np.asarray(m.flex_vertadr)[fid]
-        vb = np.asarray(m.flex_vertbodyid)
-        b1 = vb[vadr + np.asarray(m.flex_edge)[:, 0]]
-        b2 = vb[vadr + np.asarray(m.flex_edge)[:, 1]]
+        b1, b2 = np.asarray(m.flex_vertbodyid)[flex.edge_vertices(m)].T
         general = jnp.einsum("ev,vw,ew->e", fl_J, minv, fl_J) if nv else jnp.zeros_like(fl_len0)
         # MuJoCo computes edge Jacobians only for flexes with an edge equality, stiffness
         # or damping; the others keep a zero Jacobian (and so a zero inverse weight)

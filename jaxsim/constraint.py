@@ -222,13 +222,14 @@ def plan(m: Model, ncon: int | None = None) -> Plan:
                         ("eq_joint", EqType.JOINT), ("eq_tendon", EqType.TENDON)):
             kinds[name] = np.nonzero(eq_type == t)[0]
         # flex edge equalities: one row per non-rigid edge of the flex, in edge order
-        rows = [(i, e) for i in np.nonzero(eq_type == EqType.FLEX)[0]
-                for f in (int(_np(m.eq_obj1id)[i]),)
-                for e in range(int(_np(m.flex_edgeadr)[f]),
-                               int(_np(m.flex_edgeadr)[f] + _np(m.flex_edgenum)[f]))
-                if not _np(m.flexedge_rigid)[e]]
-        kinds["eq_flex"] = np.asarray([r[0] for r in rows], np.int64)
-        flex_edge = np.asarray([r[1] for r in rows], np.int64)
+        eqs, edges = [empty], [empty]
+        for i in np.nonzero(eq_type == EqType.FLEX)[0]:
+            f = _np(m.eq_obj1id)[i]
+            e = _np(m.flex_edgeadr)[f] + np.arange(_np(m.flex_edgenum)[f])
+            e = e[~_np(m.flexedge_rigid).astype(bool)[e]]
+            eqs.append(np.full(len(e), i, np.int64))
+            edges.append(e.astype(np.int64))
+        kinds["eq_flex"], flex_edge = np.concatenate(eqs), np.concatenate(edges)
     if off or flags & DisableBit.FRICTIONLOSS:
         kinds.update(fri_dof=empty, fri_ten=empty)
     else:

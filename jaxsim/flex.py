@@ -35,6 +35,13 @@ def vertex_xpos(m: Model, d: State) -> jax.Array:
     return d.xpos[body] + jnp.einsum("kij,kj->ki", d.xmat[body], off)
 
 
+def edge_vertices(m: Model, ids: np.ndarray | None = None) -> np.ndarray:
+    """(k, 2) global vertex ids of the ends of the flex edges `ids` (default: all)."""
+    ids = np.arange(m.nflexedge) if ids is None else np.asarray(ids)
+    fid = np.repeat(np.arange(m.nflex), _np(m.flex_edgenum))[ids]
+    return _np(m.flex_vertadr)[fid][:, None] + _np(m.flex_edge).reshape(-1, 2)[ids]
+
+
 def edges(m: Model, d: State, ids: np.ndarray | None = None) -> tuple[jax.Array, jax.Array]:
     """(length, Jacobian (k, nv)) of the flex edges `ids` (default: all)."""
     from jaxsim import smooth
@@ -43,10 +50,7 @@ def edges(m: Model, d: State, ids: np.ndarray | None = None) -> tuple[jax.Array,
     ids = np.arange(m.nflexedge) if ids is None else np.asarray(ids)
     if not len(ids):
         return jnp.zeros(0, dt), jnp.zeros((0, m.nv), dt)
-    fid = np.repeat(np.arange(m.nflex), _np(m.flex_edgenum))[ids]
-    vadr = _np(m.flex_vertadr)[fid]
-    v1 = vadr + _np(m.flex_edge)[ids, 0]
-    v2 = vadr + _np(m.flex_edge)[ids, 1]
+    v1, v2 = edge_vertices(m, ids).T
     xpos = vertex_xpos(m, d)
     p1, p2 = xpos[v1], xpos[v2]
     vec, length = math.normalize_with_norm(p2 - p1)

@@ -400,10 +400,10 @@ def wake_equality(m: Model, d: State) -> State:
 
 def _edge_bodies(m: Model, e: int) -> tuple[int, int]:
     """Bodies of flex edge e's two vertices."""
-    f = int(np.searchsorted(_i(m.flex_edgeadr), e, side="right") - 1)
-    v = _i(m.flex_vertadr)[f] + _i(m.flex_edge)[e]
-    vb = _i(m.flex_vertbodyid)
-    return int(vb[v[0]]), int(vb[v[1]])
+    from jaxsim import flex
+
+    b1, b2 = _i(m.flex_vertbodyid)[flex.edge_vertices(m, np.array([e]))[0]]
+    return int(b1), int(b2)
 
 
 def row_trees(m: Model, types: np.ndarray, ids: np.ndarray,
