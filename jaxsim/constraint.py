@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math, scan, sleep
+from jaxsim.collision.common import contact_bodies
 from jaxsim.efc import Efc
 from jaxsim.types import (
     Cone,
@@ -141,6 +142,8 @@ def _max_condim(m: Model) -> int:
     dims = [int(p.condim.max())] if len(p.condim) else []
     for sw in p.sweeps:
         dims.append(int(_np(m.geom_condim)[sw.geoms].max()))
+    if p.flexplane is not None or p.elem:
+        dims.append(int(driver.flex_slot_condim(m, p).max()))
     if not dims:
         dims = [int(_np(m.geom_condim).max(initial=1))]
     return max(dims)
@@ -158,6 +161,10 @@ def _slot_condim(m: Model, ncon: int) -> np.ndarray:
     dims = np.zeros(ncon, np.int64)
     for g in p.groups:
         dims[g.slot] = np.asarray(p.condim)[g.pair][:, None]
+    if p.flexplane is not None or p.elem:
+        dims[p.nstatic:] = driver.flex_slot_condim(m, p)
+    if p.order is not None:
+        dims = dims[p.order]
     return dims
 
 
@@ -346,9 +353,11 @@ def _dot3(a, b):
             + a[:, None, 2] * b[None, :, 2])
 
 
-def _row_jac(m: Model, d: State, point, b1, b2, u, w):
+def _row_jac(m: Model, d: State, point, b1, b2, u, w, w1=None, w2=None):
     """Rows (k, nv) of relative Jacobians of points on body pairs: the velocity of the
-    point on b2 minus on b1, along u, plus their relative angular velocity along w.
+    point on b2 minus on b1, along u, plus their relative angular velocity along w. With
+    weights w1, w2 (k, S), b1 and b2 are (k, S): each side is the weighted sum over its S
+    bodies (flex element sides).
 
     Per dof: u . (rot x offset + lin) + w . rot = rot . (offset x u + w) + lin . u, so a
     row costs a few (k, nv) multiply-adds instead of the (k, 3, nv) Jacobians.
@@ -363,7 +372,12 @@ def _row_jac(m: Model, d: State, point, b1, b2, u, w):
         p = jnp.cross(point - d.subtree_com[root[b]], u) + w
         return mask[b] * (_dot3(p, rot) + lu)
 
-    return side(b2) - side(b1)
+    if w1 is None:
+        return side(b2) - side(b1)
+    out = 0.0
+    for s in range(b1.shape[1]):
+        out = out + w2[:, s, None] * side(b2[:, s]) - w1[:, s, None] * side(b1[:, s])
+    return out
 
 
 def _jac_dot_v(m: Model, d: State, point, body: np.ndarray):
@@ -657,15 +671,27 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
     dt = d.qpos.dtype
     nrow = p.nrow
     pyramid = m.opt.cone == Cone.PYRAMIDAL
-    gb = jnp.asarray(_np(m.geom_bodyid))
     g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
-    b1, b2 = gb[g[:, 0]], gb[g[:, 1]]
+    from jaxsim.collision import driver, flexcol
+
     frame = c.frame
     dim = c.dim
     has = c.active & ~c.exclude
     iw = m.body_invweight0
-    tran = iw[b1, 0] + iw[b2, 0]
-    rot = iw[b1, 1] + iw[b2, 1]
+    w1 = w2 = None
+    if driver.plan(m).elem:  # flex element sides: weighted sums over their vertices
+        bb, ww = flexcol.contact_sides(m, d, c)
+        b1, b2, w1, w2 = bb[:, 0], bb[:, 1], ww[:, 0], ww[:, 1]
+        tran = jnp.sum(iw[b1, 0] * w1 + iw[b2, 0] * w2, -1)
+        rot = jnp.sum(iw[b1, 1] * w1 + iw[b2, 1] * w2, -1)
+    else:
+        b1, b2 = contact_bodies(m, c).T
+        tran = iw[b1, 0] + iw[b2, 0]
+        rot = iw[b1, 1] + iw[b2, 1]
+
+    def sel(idx):  # the side weights of the given rows' contacts, if any
+        return () if w1 is None else (w1[idx], w2[idx])
+
     fr = c.friction
     r = np.arange(nrow)
 
@@ -676,7 +702,7 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
         ang = jnp.zeros_like(c.pos)
         for s, sgn in ((0, -1.0), (1, 1.0)):
             gs = g[:, s]
-            sv = m.geom_surfacevel[gs]
+            sv = jnp.where((c.geom[:, s] >= 0)[:, None], m.geom_surfacevel[gs], 0.0)
             xm = d.geom_xmat[gs]
             w = jnp.einsum("kij,kj->ki", xm, sv[:, 3:])
             v = jnp.einsum("kij,kj->ki", xm, sv[:, :3]) + jnp.cross(w, c.pos - d.geom_xpos[gs])
@@ -699,7 +725,7 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
             np.arange(len(bc)), np.minimum(kr, 2)]
         w = jnp.where(jnp.asarray(kr >= 3)[:, None], coef, 0.0) * fc[
             np.arange(len(bc)), np.maximum(kr - 3, 0)]
-        J = _row_jac(m, d, c.pos[bc], b1[bc], b2[bc], u, w)
+        J = _row_jac(m, d, c.pos[bc], b1[bc], b2[bc], u, w, *sel(bc))
         nrows = jnp.where(dim == 1, 1, 2 * (dim - 1))
         pos = jnp.repeat(c.dist[:, None], nrow, 1)
         margin = jnp.repeat(c.includemargin[:, None], nrow, 1)
@@ -715,7 +741,7 @@ def _contact_rows(m: Model, d: State, p: Plan) -> _ContactRows:
         ax = fc[np.arange(len(bc)), bj % 3]
         trans = jnp.asarray(bj < 3)[:, None]
         J = _row_jac(m, d, c.pos[bc], b1[bc], b2[bc], jnp.where(trans, ax, 0.0),
-                     jnp.where(trans, 0.0, ax))
+                     jnp.where(trans, 0.0, ax), *sel(bc))
         nrows = dim
         first = jnp.asarray(r == 0)
         pos = jnp.where(first, c.dist[:, None], 0.0)

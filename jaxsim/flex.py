@@ -7,8 +7,9 @@ Jacobian is its unit direction times the difference of the end points' translati
 Jacobians.
 
 Flex edge equality rows (mjEQ_FLEX) are built with the other equality rows in
-`jaxsim.constraint`. Not implemented (refused by `check_supported` when the forward pass
-would need them): contacts of flexes with geoms, with other flexes or with themselves.
+`jaxsim.constraint`; flex contacts in `jaxsim.collision.flexcol`. Not implemented (refused
+by `check_supported` when the forward pass would need them, naming the flex): collisions of
+triangles and tetrahedra with geoms other than planes, and of two flexes with each other.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from jaxsim import math
 from jaxsim.mjcf.errors import MJCFError
-from jaxsim.types import DisableBit, Model, State
+from jaxsim.types import DisableBit, GeomType, Model, State
 
 
 def _np(x) -> np.ndarray:
@@ -81,15 +82,53 @@ def passive(m: Model, d: State, spring: bool, damper: bool) -> tuple[jax.Array, 
     return fs @ J, fd @ J
 
 
-def _collides(m: Model, f: int) -> bool:
-    """Whether flex f can touch any geom or itself (MuJoCo's contype/conaffinity rule)."""
+def self_pairs(m: Model, f: int) -> np.ndarray:
+    """(k, 2) element pairs of flex f that MuJoCo tests for self-collision: both elements
+    active (3D: in the first flex_activelayers layers), no vertex body in common; empty
+    when the flex cannot self-collide (rigid, contype & conaffinity zero, selfcollide
+    none)."""
+    if (_np(m.flex_rigid)[f] or not (int(m.flex_contype[f]) & int(m.flex_conaffinity[f]))
+            or not int(m.flex_selfcollide[f])):
+        return np.zeros((0, 2), np.int64)
+    dim = int(m.flex_dim[f])
+    adr, num = int(m.flex_elemadr[f]), int(m.flex_elemnum[f])
+    elem = _np(m.flex_elem)[adr:adr + num, :dim + 1]
+    body = _np(m.flex_vertbodyid)[int(m.flex_vertadr[f]):][elem]  # (num, dim + 1)
+    active = np.ones(num, bool)
+    if dim == 3:
+        active = _np(m.flex_elemlayer)[adr:adr + num] < int(m.flex_activelayers[f])
+    a, b = np.triu_indices(num, 1)
+    ok = active[a] & active[b]
+    share = np.any(body[a][:, :, None] == body[b][:, None, :], axis=(1, 2))
+    ok &= ~share
+    return np.stack([a[ok], b[ok]], -1)
+
+
+# jaxsim enumerates flex element pairs at compile time (no run-time midphase for flexes yet)
+ELEM_PAIRS_MAX = 100_000
+
+
+def _unsupported(m: Model, f: int) -> str | None:
+    """What flex f would need from the collision pipeline that jaxsim lacks, or None."""
+    from jaxsim.collision import flexcol
+
+    g, fl = flexcol.geom_flex_pairs(m)
+    gtype = _np(m.geom_type)
+    edge_ok = (GeomType.PLANE, GeomType.SPHERE, GeomType.CAPSULE, GeomType.BOX)
+    for gg in g[fl == f]:
+        t = int(gtype[gg])
+        if t != GeomType.PLANE and not (int(m.flex_dim[f]) == 1 and t in edge_ok):
+            return (f"(dim {int(m.flex_dim[f])}) collisions with geom {int(gg)} "
+                    f"({GeomType(t).name.lower()})")
     ct, ca = int(m.flex_contype[f]), int(m.flex_conaffinity[f])
-    gct, gca = _np(m.geom_contype), _np(m.geom_conaffinity)
-    with_geom = bool(np.any((ct & gca) | (gct & ca)))
-    self_ = (ct & ca) and int(m.flex_selfcollide[f])
-    return with_geom or bool(self_) or bool(m.nflex > 1 and any(
-        (ct & int(m.flex_conaffinity[g])) or (int(m.flex_contype[g]) & ca)
-        for g in range(m.nflex) if g != f))
+    for o in range(m.nflex):
+        if o != f and ((ct & int(m.flex_conaffinity[o])) or (int(m.flex_contype[o]) & ca)):
+            return f"collisions with flex {o}"
+    npair = len(self_pairs(m, f))
+    if npair > ELEM_PAIRS_MAX:
+        return (f"self-collisions over {npair} element pairs (more than {ELEM_PAIRS_MAX}; set "
+                "selfcollide to none)")
+    return None
 
 
 def check_supported(m: Model) -> None:
@@ -97,10 +136,11 @@ def check_supported(m: Model) -> None:
     if not m.nflex:
         return
     flags = m.opt.disableflags
-    if flags & DisableBit.CONSTRAINT:
+    if flags & (DisableBit.CONSTRAINT | DisableBit.CONTACT):
         return
     for f in range(m.nflex):
         where = m.flex_where[f] if f < len(m.flex_where) else f"flex {f}"
-        if not flags & DisableBit.CONTACT and _collides(m, f):
-            raise MJCFError(f"{where}: flex collisions are not supported by jaxsim yet (set "
+        what = _unsupported(m, f)
+        if what is not None:
+            raise MJCFError(f"{where}: flex {what} are not supported by jaxsim yet (set "
                             "the flex contype and conaffinity to 0, or disable contacts)")

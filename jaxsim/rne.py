@@ -218,6 +218,8 @@ def _constraint_ext(m: Model, d: State) -> jax.Array:
         frame_t = jnp.swapaxes(c.frame, 1, 2)
         wrench = jnp.concatenate([frame_t @ lfrc[:, 3:, None], frame_t @ lfrc[:, :3, None]],
                                  1)[..., 0]
+        if m.nflex:  # MuJoCo leaves contacts involving a flex out of cfrc_ext
+            wrench = jnp.where(jnp.all(c.geom >= 0, -1)[:, None], wrench, 0.0)
         gb = jnp.asarray(_np(m.geom_bodyid))
         g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
         ext = add(gb[g[:, 0]], wrench, c.pos, -1.0)

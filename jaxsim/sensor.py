@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import history, math, scan
+from jaxsim.collision.common import contact_bodies
 from jaxsim.sensor_contact import contact_sensors, distance_sensor, inside, tactile
 from jaxsim.types import (
     DataType,
@@ -436,9 +437,7 @@ def _touch(m: Model, d: State, ids: np.ndarray) -> jax.Array:
         return jnp.zeros(len(ids), dt)
     site = _np(m.sensor_objid)[ids]
     body = _np(m.site_bodyid)[site]
-    gb = jnp.asarray(_np(m.geom_bodyid))
-    g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
-    b1, b2 = gb[g[:, 0]], gb[g[:, 1]]
+    b1, b2 = contact_bodies(m, c).T
     fn = contact_force(m, d)[:, 0]  # (ncon,)
     on1 = b1[None] == jnp.asarray(body)[:, None]  # (k, ncon)
     on2 = b2[None] == jnp.asarray(body)[:, None]

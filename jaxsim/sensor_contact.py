@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import math
+from jaxsim.collision.common import contact_bodies
 from jaxsim.types import GeomType, Model, ObjType, State
 
 MINVAL = 1e-15
@@ -95,9 +96,8 @@ def match(m: Model, d: State, sensor: int, table: np.ndarray) -> jax.Array:
     n = c.dist.shape[0]
     if t1 == ObjType.UNKNOWN and t2 == ObjType.UNKNOWN:
         return jnp.ones(n, jnp.int32)
-    g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
-    gb = jnp.asarray(_np(m.geom_bodyid))
-    b1, b2 = gb[g[:, 0]], gb[g[:, 1]]
+    g = c.geom
+    b1, b2 = contact_bodies(m, c).T
     m11 = _object_match(m, t1, id1, b1, g[:, 0], table)
     m12 = _object_match(m, t1, id1, b2, g[:, 1], table)
     m21 = _object_match(m, t2, id2, b1, g[:, 0], table)

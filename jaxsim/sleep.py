@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim.collision.common import contact_bodies
 from jaxsim.types import (
     ConstraintType,
     DisableBit,
@@ -319,8 +320,7 @@ def wake_collision(m: Model, d: State) -> State:
     if c.dist.shape[0] == 0:
         return d
     ta = d.tree_asleep
-    g = jnp.clip(c.geom, 0, max(m.ngeom - 1, 0))
-    b = jnp.asarray(_i(m.geom_bodyid))[g]
+    b = contact_bodies(m, c)
     t = _tree_of_body(m, b)
     bs = body_state(m, ta)
     st = bs[b]
@@ -463,11 +463,21 @@ def islands(m: Model, d: State, fixed_trees: np.ndarray | None, fixed_on: jax.Ar
         t2.append(jnp.asarray(fixed_trees[:, 1]))
         on.append(fixed_on)
     if contact_on is not None and contact_on.shape[0]:
-        g = jnp.clip(d.contact.geom, 0, max(m.ngeom - 1, 0))
-        t = _tree_of_body(m, jnp.asarray(_i(m.geom_bodyid))[g])
+        t = _tree_of_body(m, contact_bodies(m, d.contact))
         t1.append(t[:, 0])
         t2.append(t[:, 1])
         on.append(contact_on)
+        from jaxsim.collision import driver, flexcol
+
+        if driver.plan(m).elem:  # flex element sides join every vertex's tree
+            bb, ww = flexcol.contact_sides(m, d, d.contact)
+            te = _tree_of_body(m, bb.reshape(-1, 8))
+            ww = ww.reshape(-1, 8)
+            hub = jnp.where(t[:, 0] >= 0, t[:, 0], t[:, 1])
+            for k in range(8):  # the vertices the contact's Jacobian involves (weight != 0)
+                t1.append(hub)
+                t2.append(te[:, k])
+                on.append(contact_on & (ww[:, k] != 0))
     ids = jnp.arange(n, dtype=jnp.int32)
     if not on:
         return jnp.full(n, -1, jnp.int32)

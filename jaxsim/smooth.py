@@ -24,6 +24,7 @@ import numpy as np
 from jax import lax
 
 from jaxsim import hostnp, linalg, math, scan
+from jaxsim.collision.common import contact_bodies
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 from jaxsim.types import CamLight, JointType, Model, State, TrnType, WrapType
 
@@ -648,8 +649,7 @@ def _body_moment(m: Model, d: State, bodies: np.ndarray) -> jax.Array:
     body 1 at the contact point (for a pyramidal cone, the mean of the pyramid's edge rows
     is that normal row too). MuJoCo: mj_transmission, mjTRN_BODY."""
     c = d.contact
-    gb = jnp.asarray(_np(m.geom_bodyid))
-    b1, b2 = gb[c.geom[:, 0]], gb[c.geom[:, 1]]
+    b1, b2 = contact_bodies(m, c).T
     mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid), _dtype(m))
     root = jnp.asarray(_np(m.body_rootid))
     rot, lin = d.cdof[:, :3], d.cdof[:, 3:]

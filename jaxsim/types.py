@@ -735,6 +735,11 @@ class Model(Struct):
     flex_conaffinity: np.ndarray = static("(nflex,)", "contact affinity bits")
     flex_condim: np.ndarray = static("(nflex,)", "contact dimensionality")
     flex_selfcollide: np.ndarray = static("(nflex,)", "self-collision mode (0: none)")
+    flex_priority: np.ndarray = static("(nflex,)", "contact parameter priority")
+    flex_activelayers: np.ndarray = static("(nflex,)", "3D: element layers that collide")
+    flex_elem: np.ndarray = static("(nflexelem, 4)", "element vertex ids, local to the flex "
+                                   "(dim + 1 used, the rest -1)")
+    flex_elemlayer: np.ndarray = static("(nflexelem,)", "3D: graph distance to the surface")
     flex_edgeequality: np.ndarray = static("(nflex,)", "edge equality constraint (1: edges)")
     flex_haspassive: np.ndarray = static(
         "(nflex,)", "edge stiffness or damping nonzero when compiled (fixes which edges get "
@@ -747,6 +752,10 @@ class Model(Struct):
     flex_radius: Array = leaf("(nflex,)", "radius of the flex geometry")
     flex_margin: Array = leaf("(nflex,)", "contact margin")
     flex_gap: Array = leaf("(nflex,)", "contact gap")
+    flex_solmix: Array = leaf("(nflex,)", "solver parameter mixing weight")
+    flex_friction: Array = leaf("(nflex, 3)", "sliding, torsional, rolling friction")
+    flex_solref: Array = leaf("(nflex, 2)", "contact solver reference")
+    flex_solimp: Array = leaf("(nflex, 5)", "contact solver impedance")
     flex_edgestiffness: Array = leaf("(nflex,)", "edge spring stiffness")
     flex_edgedamping: Array = leaf("(nflex,)", "edge damping")
     flexedge_length0: Array = leaf("(nflexedge,)", "edge lengths at qpos0")
@@ -877,7 +886,10 @@ class Contact(Struct):
     solreffriction: Array = leaf("(ncon, 2)", "constraint solver reference, friction directions")
     solimp: Array = leaf("(ncon, 5)", "constraint solver impedance")
     dim: Array = leaf("(ncon,)", "contact space dimensionality: 1, 3, 4 or 6")
-    geom: Array = leaf("(ncon, 2)", "ids of the two geoms")
+    geom: Array = leaf("(ncon, 2)", "ids of the two geoms (-1 on a flex side)")
+    flex: Array = leaf("(ncon, 2)", "flex ids of the two sides (-1 on a geom side)")
+    elem: Array = leaf("(ncon, 2)", "flex element ids (-1: none)")
+    vert: Array = leaf("(ncon, 2)", "flex vertex ids, local to the flex (-1: none)")
     efc_address: Array = leaf("(ncon,)", "address in the constraint rows, -1 if excluded")
     active: Array = leaf("(ncon,)", "true where the slot holds a contact MuJoCo would report")
     exclude: Array = leaf("(ncon,)", "in the gap (dist >= includemargin): no constraint rows")
@@ -894,7 +906,9 @@ class Contact(Struct):
             dist=f(ncon), pos=f(ncon, 3), frame=frame, includemargin=f(ncon),
             friction=f(ncon, 5), solref=f(ncon, 2), solreffriction=f(ncon, 2),
             solimp=f(ncon, 5), dim=jnp.zeros(ncon, jnp.int32),
-            geom=jnp.full((ncon, 2), -1, jnp.int32), efc_address=jnp.full(ncon, -1, jnp.int32),
+            geom=jnp.full((ncon, 2), -1, jnp.int32), flex=jnp.full((ncon, 2), -1, jnp.int32),
+            elem=jnp.full((ncon, 2), -1, jnp.int32), vert=jnp.full((ncon, 2), -1, jnp.int32),
+            efc_address=jnp.full(ncon, -1, jnp.int32),
             active=jnp.zeros(ncon, bool), exclude=jnp.zeros(ncon, bool), adhesion=f(ncon),
         )
 

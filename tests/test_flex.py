@@ -60,10 +60,20 @@ def _compare(ref, m, where):
               "flex_edge", "flexedge_rigid", "flex_vert", "flex_rigid", "flex_centered",
               "flexedge_length0", "flexedge_invweight0", "flex_edgestiffness",
               "flex_edgedamping", "flex_radius", "flex_contype", "flex_conaffinity",
-              "eq_type", "eq_obj1id", "eq_obj2id", "eq_solref", "eq_solimp", "eq_data"):
+              "eq_type", "eq_obj1id", "eq_obj2id", "eq_solref", "eq_solimp", "eq_data",
+              "flex_condim", "flex_priority", "flex_solmix", "flex_friction", "flex_solref",
+              "flex_solimp", "flex_margin", "flex_gap", "flex_selfcollide",
+              "flex_activelayers", "flex_elemlayer"):
         np.testing.assert_allclose(np.asarray(getattr(m, f), float).reshape(-1),
                                    np.asarray(getattr(ref, f), float).reshape(-1),
                                    rtol=1e-10, atol=1e-12, err_msg=f"{where}: {f}")
+    # elements: MuJoCo packs dim + 1 ids per element, jaxsim pads rows of 4 with -1
+    for f in range(ref.nflex):
+        k, n = int(ref.flex_dim[f]) + 1, int(ref.flex_elemnum[f])
+        adr = int(ref.flex_elemdataadr[f])
+        rows = np.asarray(m.flex_elem)[int(ref.flex_elemadr[f]):][:n]
+        np.testing.assert_array_equal(rows[:, :k].reshape(-1), ref.flex_elem[adr:adr + n * k])
+        assert np.all(rows[:, k:] == -1), where
 
 
 @pytest.mark.parametrize("rel", MODELS)
@@ -116,15 +126,30 @@ def test_edge_spring_damper_forces_match_mujoco():
     assert np.abs(d.qfrc_spring).max() > 1e-3 and np.abs(d.qfrc_damper).max() > 1e-3
 
 
+LACKING_XML = """
+<mujoco>
+  <option gravity="0 0 -9.81"/>
+  <worldbody>
+    <body name="ball" pos="0 0 .9"><freejoint/><geom size=".05"/></body>
+    <flexcomp name="sheet" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1" pos="0 0 1"
+              mass=".5">
+      <contact selfcollide="none"/>
+    </flexcomp>
+  </worldbody>
+</mujoco>
+"""
+
+
 def test_flex_physics_jaxsim_lacks_raises_naming_the_flexcomp():
-    colliding = SPRING_XML.replace('<contact contype="0" conaffinity="0"/>', "")
-    m = jaxsim.load_string(colliding)
+    """Triangles against a sphere (MuJoCo's sphere-triangle routine) are not implemented:
+    the forward pass refuses the model, naming the flex and what it lacks."""
+    m = jaxsim.load_string(LACKING_XML)
     # raised while tracing (eval_shape compiles nothing)
-    with pytest.raises(MJCFError, match=r"line \d+|<flex 'rope'>.*collisions"):
+    with pytest.raises(MJCFError, match=r"<flex 'sheet'>.*collisions with geom 0 \(sphere\)"):
         jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
     # without contacts the same model simulates
-    off = colliding.replace('<option gravity="0 0 -9.81"/>',
-                            '<option><flag contact="disable"/></option>')
+    off = LACKING_XML.replace('<option gravity="0 0 -9.81"/>',
+                              '<option><flag contact="disable"/></option>')
     m = jaxsim.load_string(off)
     assert np.isfinite(np.asarray(jax.jit(jaxsim.step)(m, jaxsim.make_state(m)).qpos)).all()
 
@@ -203,3 +228,203 @@ def test_flexcomp_errors_name_the_element(bad, what):
     with pytest.raises(MJCFError) as info:
         jaxsim.load_string(xml)
     assert what in str(info.value) and info.value.line is not None
+
+
+PLANE_XML = """
+<mujoco>
+  <option gravity="0 0 -9.81" cone="{cone}"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 .1" priority="{gp}" solmix="2" margin=".002"
+          friction=".7 .01 .002" solref=".03 1.2" condim="{gc}"/>
+    <body name="tilted" euler="8 5 0" pos="0 0 -.01">
+      <geom name="ramp" type="plane" size=".3 .3 .1" pos=".6 0 0" gap=".001"/>
+    </body>
+    <flexcomp name="block" type="grid" count="3 3 2" spacing=".05 .05 .05" pos="0 0 .03"
+              dim="3" radius=".004" mass=".5">
+      <edge equality="true" solref=".01 1"/>
+      <contact selfcollide="none" priority="1" solmix=".5" margin=".003" gap=".001"
+               friction=".9 .02 .001" solref=".02 .9" solimp=".8 .9 .002 .4 3" condim="{fc}"/>
+    </flexcomp>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("cone,gp,gc,fc", [("pyramidal", 0, 3, 1), ("elliptic", 1, 6, 4),
+                                           ("pyramidal", 1, 4, 6)],
+                         ids=["flex-priority", "mixed", "geom-priority"])
+def test_plane_flex_vertex_contacts_match_mujoco(cone, gp, gc, fc):
+    """mj_collidePlaneFlex: every flex vertex against the planes of dof-less bodies, with
+    MuJoCo's contact parameters of a geom : flex pair (priority, solmix, margins, gaps),
+    the ids (geom, flex, vert), and the forward pass, one step and inverse dynamics that
+    follow from them."""
+    xml = PLANE_XML.format(cone=cone, gp=gp, gc=gc, fc=fc)
+    ref, m = _pair(xml)
+    _compare(ref, m, "plane")
+    d = mujoco.MjData(ref)
+    rng = np.random.default_rng(11)
+    fwd, stp, inv = jax.jit(jaxsim.forward), jax.jit(jaxsim.step), jax.jit(jaxsim.inverse)
+    state = jaxsim.make_state(m)
+    seen, gapped = set(), False
+    for _ in range(3):
+        mujoco.mj_resetData(ref, d)
+        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * 0.01 - 0.02 * (
+            np.arange(ref.nq) % 3 == 2)
+        d.qvel[:] = rng.normal(size=ref.nv) * 0.3
+        mujoco.mj_forward(ref, d)
+        st = state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel))
+        out = fwd(m, st)
+        c = out.contact
+        act = np.asarray(c.active)
+        assert act.sum() == d.ncon
+        seen |= {int(r.geom[0]) for r in d.contact[:d.ncon]}
+        gapped |= any(r.dist >= r.includemargin for r in d.contact[:d.ncon])
+        for k, i in enumerate(np.nonzero(act)[0]):
+            r = d.contact[k]
+            np.testing.assert_array_equal(np.asarray(c.geom)[i], r.geom)
+            np.testing.assert_array_equal(np.asarray(c.flex)[i], r.flex)
+            np.testing.assert_array_equal(np.asarray(c.vert)[i], r.vert)
+            for f in ("dist", "pos", "frame", "friction", "solref", "solimp",
+                      "includemargin"):
+                np.testing.assert_allclose(np.asarray(getattr(c, f))[i].reshape(-1),
+                                           np.asarray(getattr(r, f)).reshape(-1)[
+                                               :np.asarray(getattr(c, f))[i].size],
+                                           rtol=1e-12, atol=1e-14, err_msg=f)
+            assert int(np.asarray(c.dim)[i]) == r.dim
+        for f in ("qfrc_constraint", "qacc"):
+            np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-7,
+                                       atol=1e-7, err_msg=f)
+        ds = mujoco.MjData(ref)
+        mujoco.mj_copyData(ds, ref, d)
+        mujoco.mj_step(ref, ds)
+        so = stp(m, st)
+        np.testing.assert_allclose(np.asarray(so.qvel), ds.qvel, rtol=1e-7, atol=1e-8)
+        di = mujoco.MjData(ref)
+        mujoco.mj_copyData(di, ref, d)
+        mujoco.mj_inverse(ref, di)
+        io = inv(m, out.replace(qacc=np.array(d.qacc)))
+        np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-7)
+    assert seen == {0, 1} and gapped  # both planes touched, some vertex in the gap
+
+
+SELF_XML = """
+<mujoco>
+  <option gravity="0 0 -9.81" cone="{cone}"/>
+  <worldbody>
+    <flexcomp name="F" type="grid" dim="{dim}" count="{count}" spacing=".1 .1 .1" pos="0 0 1"
+              radius=".02" mass="1">
+      <contact selfcollide="{mode}" condim="{condim}"/>
+      <edge equality="{eq}"/>
+    </flexcomp>
+  </worldbody>
+</mujoco>
+"""
+
+
+def _contact_keys(c, act):
+    """(geom pair, elem pair, vertex pair) and distance of each active jaxsim contact."""
+    g, e, v = (np.asarray(x) for x in (c.geom, c.elem, c.vert))
+    dist = np.asarray(c.dist)
+    return sorted((tuple(g[i]) + tuple(e[i]) + tuple(v[i]), dist[i]) for i in np.nonzero(act)[0])
+
+
+def _ref_keys(d):
+    return sorted((tuple(r.geom) + tuple(r.elem) + tuple(r.vert), r.dist)
+                  for r in d.contact[:d.ncon])
+
+
+def _same_contacts(ours, ref, tol):
+    assert [k for k, _ in ours] == [k for k, _ in ref]
+    np.testing.assert_allclose([x for _, x in ours], [x for _, x in ref], atol=tol)
+
+
+@pytest.mark.parametrize("dim,count,scale,mode,cone,condim,eq", [
+    (1, "8 1 1", 0.08, "auto", "pyramidal", 3, "true"),
+    (2, "4 4 1", 0.08, "sap", "elliptic", 4, "false"),
+    (3, "3 3 3", 0.06, "bvh", "pyramidal", 3, "true"),
+], ids=["dim1", "dim2", "dim3"])
+def test_flex_self_collisions_match_mujoco(dim, count, scale, mode, cone, condim, eq):
+    """Self-collisions of edges (capsule pairs), triangles and the outer layer of
+    tetrahedra (native CCD between elements inflated by the radius), in random crumpled
+    states: the same element pairs and depths as MuJoCo, the element-side Jacobians
+    (barycentric weights of the closest element point) through qacc; when MuJoCo finds more
+    self-contacts than jaxsim's buffer holds, `overflow` says so."""
+    xml = SELF_XML.format(dim=dim, count=count, mode=mode, cone=cone, condim=condim, eq=eq)
+    ref, m = _pair(xml)
+    d = mujoco.MjData(ref)
+    rng = np.random.default_rng(0)
+    fwd = jax.jit(jaxsim.forward)
+    state = jaxsim.make_state(m)
+    nslot = state.contact.dist.shape[0]
+    compared = 0
+    for _ in range(12):
+        mujoco.mj_resetData(ref, d)
+        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * scale
+        d.qvel[:] = rng.normal(size=ref.nv) * 0.1
+        mujoco.mj_forward(ref, d)
+        out = fwd(m, state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel)))
+        assert bool(out.overflow) == (d.ncon > nslot)
+        if d.ncon == 0 or d.ncon > nslot:
+            continue
+        compared += 1
+        _same_contacts(_contact_keys(out.contact, np.asarray(out.contact.active)),
+                       _ref_keys(d), 1e-10)
+        np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, rtol=1e-8, atol=1e-8)
+        if compared == 3:
+            break
+    assert compared == 3
+
+
+EDGE_XML = """
+<mujoco>
+  <option gravity="0 0 -9.81"/>
+  <worldbody>
+    <geom type="plane" size="2 2 .1"/>
+    <body name="obstacles" pos="0 0 .97"><joint type="slide" axis="0 0 1"/>
+      <geom type="sphere" size=".06" pos="-.25 0 0"/>
+      <geom type="capsule" size=".03 .05" euler="0 80 10" priority="1" condim="4"/>
+      <geom type="box" size=".04 .05 .03" pos=".25 0 .02" euler="10 20 30"/>
+    </body>
+    <flexcomp name="F" type="grid" dim="1" count="10 1 1" spacing=".08 .1 .1" pos="0 0 1"
+              radius=".02" mass="1">
+      <contact condim="3" margin=".005"/>
+      <edge equality="true"/>
+    </flexcomp>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_flex_edge_geom_contacts_match_mujoco():
+    """Edges (capsules of the flex radius) against spheres, capsules and boxes of a moving
+    body (MuJoCo's primitive routines; the box normal reversed), with priorities, condim
+    and margins mixed as for geom pairs; contacts, forward, one step and inverse."""
+    ref, m = _pair(EDGE_XML)
+    d = mujoco.MjData(ref)
+    rng = np.random.default_rng(1)
+    fwd, stp, inv = jax.jit(jaxsim.forward), jax.jit(jaxsim.step), jax.jit(jaxsim.inverse)
+    state = jaxsim.make_state(m)
+    kinds = set()
+    for _ in range(3):
+        mujoco.mj_resetData(ref, d)
+        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * 0.04
+        d.qvel[:] = rng.normal(size=ref.nv) * 0.1
+        mujoco.mj_forward(ref, d)
+        st = state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel))
+        out = fwd(m, st)
+        _same_contacts(_contact_keys(out.contact, np.asarray(out.contact.active)),
+                       _ref_keys(d), 1e-12)
+        kinds |= {int(r.geom[0]) for r in d.contact[:d.ncon]}
+        for f in ("qfrc_constraint", "qacc"):
+            np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-8,
+                                       atol=1e-8, err_msg=f)
+        ds = mujoco.MjData(ref)
+        mujoco.mj_copyData(ds, ref, d)
+        mujoco.mj_step(ref, ds)
+        np.testing.assert_allclose(np.asarray(stp(m, st).qvel), ds.qvel, rtol=1e-8, atol=1e-9)
+        di = mujoco.MjData(ref)
+        mujoco.mj_copyData(di, ref, d)
+        mujoco.mj_inverse(ref, di)
+        io = inv(m, out.replace(qacc=np.array(d.qacc)))
+        np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-7)
+    assert {1, 2, 3} <= kinds  # sphere, capsule and box all touched the rope

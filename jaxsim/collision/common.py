@@ -77,3 +77,28 @@ def make_frame(normal: jax.Array, tangent: jax.Array) -> jax.Array:
     t = jnp.where(small, jnp.array([1.0, 0.0, 0.0], n.dtype),
                   t / jnp.sqrt(jnp.where(small, 1.0, tt)))
     return jnp.stack([n, t, jnp.cross(n, t)])
+
+
+def contact_bodies(m, c) -> jax.Array:
+    """(ncon, 2) body of each side of each contact: the geom's body; for a flex vertex the
+    body carrying it; for a flex element the body of its first vertex (MuJoCo:
+    mj_flexBody, the representative body sensors and sleeping use; the Jacobian of an
+    element side spreads over all its vertices)."""
+    import numpy as np
+
+    if m.ngeom:
+        gb = jnp.asarray(np.asarray(m.geom_bodyid, np.int32))
+        body = gb[jnp.clip(c.geom, 0, m.ngeom - 1)]
+    else:
+        body = jnp.zeros(c.geom.shape, jnp.int32)
+    if not m.nflex:
+        return body
+    vb = jnp.asarray(np.asarray(m.flex_vertbodyid, np.int32))
+    va = jnp.asarray(np.asarray(m.flex_vertadr, np.int32))
+    ea = jnp.asarray(np.asarray(m.flex_elemadr, np.int32))
+    f = jnp.clip(c.flex, 0, m.nflex - 1)
+    first = jnp.asarray(np.asarray(m.flex_elem, np.int32)[:, 0])
+    e = jnp.clip(ea[f] + jnp.maximum(c.elem, 0), 0, max(m.nflexelem - 1, 0))
+    local = jnp.where(c.vert >= 0, c.vert, first[e])
+    v = jnp.clip(va[f] + jnp.maximum(local, 0), 0, max(m.nflexvert - 1, 0))
+    return jnp.where(c.geom >= 0, body, vb[v])

@@ -84,6 +84,10 @@ class Plan(NamedTuple):
     sweeps: tuple  # of Sweep: groups whose pairs are found at run time
     filt: object  # _Filter, for the run-time pairs
     broad: object  # broadphase.Static
+    flexplane: object = None  # flexcol.PlanePlan: plane : flex vertex slots, or None
+    elem: tuple = ()  # flexcol.ElemBlock: geom : element and self-collision blocks
+    nstatic: int = 0  # slots of the enumerated geom pairs
+    order: np.ndarray | None = None  # static permutation merging flex slots in MuJoCo order
 
 
 # A group with at least SWEEP_MIN candidate pairs (automatic, between bounded geoms) is
@@ -294,7 +298,12 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
                           for a, b in zip(t1, t2, strict=True)])[0]
         slot = start[sel][:, None] + np.arange(k)[None, :]
         groups.append(Group((-1, k), k, g1[sel], g2[sel], ip[sel], sel, slot, True))
-    ncand = int(start[-1]) + sum(sw.cap2 * sw.k for sw in sweeps)
+    from jaxsim.collision import flexcol
+
+    fp = flexcol.plane_plan(m)
+    eblocks = flexcol.elem_plan(m)
+    nflexslot = (0 if fp is None else len(fp.geom)) + sum(b.nslot for b in eblocks)
+    ncand = int(start[-1]) + sum(sw.cap2 * sw.k for sw in sweeps) + nflexslot
     cap = m.nconmax if nconmax is None else nconmax
     ncon = ncand if cap is None or cap < 0 else min(ncand, int(cap))
 
@@ -307,8 +316,19 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
                                                       np.maximum(cd[g1], cd[g2])))
     if m.npair:
         condim = np.where(ip >= 0, _np(m.pair_dim)[np.maximum(ip, 0)], condim)
+    order = None
+    if (fp is not None or eblocks) and not sweeps:
+        # MuJoCo's order: by bodyflex signature (a flex counts as body nbody + f), explicit
+        # pairs first within theirs, a pair's contacts together
+        gb = _np(m.geom_bodyid)
+        pair_sig = (np.minimum(gb[g1], gb[g2]) << 16) + np.maximum(gb[g1], gb[g2])
+        sigs = [np.repeat(pair_sig, ks)]
+        if fp is not None:
+            sigs.append((gb[fp.geom] << 16) + m.nbody + fp.flex)
+        sigs += [np.full(b.nslot, b.sig, np.int64) for b in eblocks]
+        order = np.argsort(np.concatenate(sigs), kind="stable")
     out = Plan(tuple(groups), ncand, ncon, g1, g2, ip, condim, source, tuple(sweeps),
-               _filter_info(m), broadphase.Static(m))
+               _filter_info(m), broadphase.Static(m), fp, eblocks, int(start[-1]), order)
     if len(_PLANS) > 64:
         _PLANS.clear()
     _PLANS[key] = out
@@ -366,28 +386,41 @@ def _sphere_filter(m: Model, d: State, g1, g2, bound):
     return ~jnp.where(both, far, far1 | far2)
 
 
+def _side_tables(m: Model):
+    """(solmix, solref, solimp, friction, adhesion) of the contact sides: the geoms', then
+    (rows ngeom + f) the flexes' (no adhesion)."""
+    tabs = (m.geom_solmix, m.geom_solref, m.geom_solimp, m.geom_friction, m.geom_adhesion)
+    if not m.nflex:
+        return tabs
+    flex = (m.flex_solmix, m.flex_solref, m.flex_solimp, m.flex_friction,
+            jnp.zeros(m.nflex, m.geom_adhesion.dtype))
+    return tuple(jnp.concatenate([a, b.astype(a.dtype)]) for a, b in zip(tabs, flex, strict=True))
+
+
 def _params(m: Model, g1, g2, ip, src, dtype):
     """Per-pair friction (5), solref, solreffriction, solimp, adhesion.
 
-    MuJoCo: mj_contactParam (geom pairs) and the <pair> values; `src` says whose
+    MuJoCo: mj_contactParam (geom pairs, geom : flex pairs) and the <pair> values; g1, g2
+    are side ids (a geom, or ngeom + f for flex f; `_side_tables`); `src` says whose
     parameters win by priority (1, 2) or 0 to mix them (same priority).
     """
-    mix1 = m.geom_solmix[g1]
-    mix2 = m.geom_solmix[g2]
+    solmix, solref_t, solimp_t, friction_t, adhesion_t = _side_tables(m)
+    mix1 = solmix[g1]
+    mix2 = solmix[g2]
     ok1, ok2 = mix1 >= MINVAL, mix2 >= MINVAL
     mix = jnp.where(ok1 & ok2, mix1 / jnp.where(ok1 & ok2, mix1 + mix2, 1.0),
                     jnp.where(~ok1 & ~ok2, 0.5, jnp.where(~ok1, 0.0, 1.0)))
     mix = jnp.where(src == 1, 1.0, jnp.where(src == 2, 0.0, mix))[:, None]
-    sr1, sr2 = m.geom_solref[g1], m.geom_solref[g2]
+    sr1, sr2 = solref_t[g1], solref_t[g2]
     standard = (sr1[:, :1] > 0) & (sr2[:, :1] > 0)
     solref = jnp.where(standard, mix * sr1 + (1 - mix) * sr2, jnp.minimum(sr1, sr2))
     solref = jnp.where((src == 1)[:, None], sr1, jnp.where((src == 2)[:, None], sr2, solref))
-    solimp = mix * m.geom_solimp[g1] + (1 - mix) * m.geom_solimp[g2]
-    f1, f2 = m.geom_friction[g1], m.geom_friction[g2]
+    solimp = mix * solimp_t[g1] + (1 - mix) * solimp_t[g2]
+    f1, f2 = friction_t[g1], friction_t[g2]
     fri = jnp.where((src == 1)[:, None], f1, jnp.where((src == 2)[:, None], f2,
                                                          jnp.maximum(f1, f2)))
     friction = fri[:, np.array([0, 0, 1, 2, 2])]
-    a1, a2 = m.geom_adhesion[g1], m.geom_adhesion[g2]
+    a1, a2 = adhesion_t[g1], adhesion_t[g2]
     adhesion = jnp.where(src == 1, a1, jnp.where(src == 2, a2, a1 + a2))
     solreffriction = jnp.zeros_like(solref)
     if m.npair:
@@ -423,6 +456,9 @@ class _Slots(NamedTuple):
     condim: jax.Array
     src: jax.Array
     margin: jax.Array  # margin (includemargin)
+    flex: jax.Array  # (n, 2) flex of each side (-1: a geom)
+    vert: jax.Array  # (n, 2) flex vertex of each side (-1: none)
+    elem: jax.Array  # (n, 2) flex element of each side (-1: none)
 
 
 # analytic groups with at least this many pairs evaluate only the pairs that pass the
@@ -520,8 +556,10 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | Non
     perm[slot] = np.arange(len(slot))
     ps = np.concatenate(pairs)[perm]
     cat = [jnp.concatenate(xs)[perm] for xs in zip(*parts, strict=True)]
+    none = np.full((len(ps), 2), -1, np.int64)
     return _Slots(*cat, geom1=p.geom1[ps], geom2=p.geom2[ps], ipair=p.ipair[ps],
-                  condim=p.condim[ps], src=p.source[ps], margin=margin[ps])
+                  condim=p.condim[ps], src=p.source[ps], margin=margin[ps], flex=none,
+                  vert=none, elem=none)
 
 
 def _needs_broadphase(p: Plan) -> bool:
@@ -536,8 +574,12 @@ def _needs_broadphase(p: Plan) -> bool:
 
 def _finish(m: Model, d: State, s: _Slots, ncon: int, dt) -> State:
     """Contact parameters, the cap, and the state's contact fields."""
+    side1, side2 = s.geom1, s.geom2
+    if m.nflex:
+        side1 = jnp.where(jnp.asarray(s.geom1) >= 0, s.geom1, m.ngeom + jnp.asarray(s.flex)[:, 0])
+        side2 = jnp.where(jnp.asarray(s.geom2) >= 0, s.geom2, m.ngeom + jnp.asarray(s.flex)[:, 1])
     friction, solref, solreffriction, solimp, adhesion = _params(
-        m, s.geom1, s.geom2, s.ipair, s.src, dt)
+        m, side1, side2, s.ipair, s.src, dt)
     valid = s.valid
     dist = jnp.where(valid, s.dist, 0.0)
     includemargin = jnp.asarray(s.margin, dt)
@@ -549,6 +591,8 @@ def _finish(m: Model, d: State, s: _Slots, ncon: int, dt) -> State:
         includemargin=includemargin, friction=friction, solref=solref,
         solreffriction=solreffriction, solimp=solimp, dim=dim.astype(jnp.int32),
         geom=jnp.stack([jnp.asarray(s.geom1, jnp.int32), jnp.asarray(s.geom2, jnp.int32)], -1),
+        flex=jnp.asarray(s.flex, jnp.int32), elem=jnp.asarray(s.elem, jnp.int32),
+        vert=jnp.asarray(s.vert, jnp.int32),
         efc_address=jnp.full(valid.shape, -1, jnp.int32), active=valid,
         exclude=valid & gapped & (adhesion == 0), adhesion=adhesion,
     )
@@ -581,11 +625,103 @@ def collision(m: Model, d: State, nconmax: int | None = None) -> State:
         sl, o = _sweep_slots(m, d, p, sw, table, dt, boxes)
         parts.append(sl)
         over = over | o
+    if p.flexplane is not None:
+        parts.append(_flex_plane_slots(m, d, p, dt))
+    if p.elem:
+        sl, o = _flex_elem_slots(m, d, p, dt)
+        parts.append(sl)
+        over = over | o
     parts = [x for x in parts if x is not None]
     s = _Slots(*(jnp.concatenate([jnp.asarray(x) for x in xs]) for xs in zip(*parts, strict=True)))
     if p.sweeps:
         s = _mujoco_order(m, p, s)
+    elif p.order is not None:
+        s = _Slots(*(x[p.order] for x in s))
     return _finish(m, d.replace(overflow=d.overflow | over), s, p.ncon, dt)
+
+
+def _flex_plane_slots(m: Model, d: State, p: Plan, dt) -> _Slots:
+    """The plane : flex vertex slots (jaxsim.collision.flexcol)."""
+    from jaxsim import flex
+    from jaxsim.collision import flexcol
+
+    fp = p.flexplane
+    dist, pos, normal, valid, margin = flexcol.plane_contacts(m, d, fp, flex.vertex_xpos(m, d))
+    frame = jax.vmap(make_frame)(normal, jnp.zeros_like(normal))
+    n = len(fp.geom)
+    src, condim = _flex_source(m, fp.geom, fp.flex)
+    minus = np.full(n, -1, np.int64)
+    return _Slots(dist.astype(dt), pos.astype(dt), frame.astype(dt), valid, fp.geom, minus,
+                  minus, condim, src, margin, np.stack([minus, fp.flex], -1),
+                  np.stack([minus, fp.vert], -1), np.stack([minus, minus], -1))
+
+
+def _flex_elem_slots(m: Model, d: State, p: Plan, dt) -> _Slots:
+    """The geom : element and self-collision slots (jaxsim.collision.flexcol)."""
+    from jaxsim import flex
+    from jaxsim.collision import convex, flexcol
+
+    vx = flex.vertex_xpos(m, d)
+    opt = convex.CCDOptions.of(m.opt)
+    parts = []
+    over = jnp.zeros((), bool)
+    for blk in p.elem:
+        o = flexcol.block_contacts(m, d, blk, vx, opt)
+        over = over | o.overflow
+        n = o.dist.shape[0]
+        geom = jnp.asarray(o.geom)
+        src, condim = _elem_source(m, blk, geom)
+        frame = jax.vmap(make_frame)(o.normal, o.tangent)
+        if blk.parts[0].kind.startswith("geom"):
+            margin = flexcol.margin_gap(m, jnp.maximum(geom, 0), jnp.full(n, blk.flex))[0]
+        else:
+            margin = jnp.zeros(n, dt)
+        fl = jnp.where(geom >= 0, -1, blk.flex)
+        minus = jnp.full(n, -1)
+        parts.append(_Slots(o.dist.astype(dt), o.pos.astype(dt), frame.astype(dt), o.valid,
+                            geom, minus, minus, condim, src,
+                            jnp.asarray(margin, dt), jnp.stack([fl, jnp.full(n, blk.flex)], -1),
+                            jnp.stack([minus, minus], -1),
+                            jnp.stack([jnp.asarray(o.e1), jnp.asarray(o.e2)], -1)))
+    return _Slots(*(jnp.concatenate([jnp.asarray(x) for x in xs])
+                    for xs in zip(*parts, strict=True))), over
+
+
+def _elem_source(m: Model, blk, geom):
+    """(parameter source, condim) per slot of a block, `geom` the side-0 geom per slot
+    (-1 in self-collisions: the flex's own parameters)."""
+    f = blk.flex
+    if not blk.parts[0].kind.startswith("geom"):
+        n = geom.shape[0]
+        return jnp.zeros(n, jnp.int32), jnp.full(n, int(m.flex_condim[f]), jnp.int32)
+    src, condim = _flex_source(m, np.arange(m.ngeom), np.full(m.ngeom, f))
+    g = jnp.maximum(geom, 0)
+    return jnp.asarray(src, jnp.int32)[g], jnp.asarray(condim, jnp.int32)[g]
+
+
+def _elem_max_condim(m: Model, blk) -> int:
+    f = blk.flex
+    if not blk.parts[0].kind.startswith("geom"):
+        return int(m.flex_condim[f])
+    gs = np.concatenate([pp.geom for pp in blk.parts])
+    return int(_flex_source(m, gs, np.full(len(gs), f))[1].max())
+
+
+def flex_slot_condim(m: Model, p: Plan) -> np.ndarray:
+    """condim of each flex slot (before `Plan.order`)."""
+    out = []
+    if p.flexplane is not None:
+        out.append(_flex_source(m, p.flexplane.geom, p.flexplane.flex)[1])
+    out += [np.full(b.nslot, _elem_max_condim(m, b)) for b in p.elem]
+    return np.concatenate(out)
+
+
+def _flex_source(m: Model, g: np.ndarray, f: np.ndarray):
+    """Parameter source (as `Plan.source`) and condim of geom : flex pairs."""
+    p1, p2 = _np(m.geom_priority)[g], _np(m.flex_priority)[f]
+    c1, c2 = _np(m.geom_condim)[g], _np(m.flex_condim)[f]
+    src = np.where(p1 > p2, 1, np.where(p1 < p2, 2, 0))
+    return src, np.where(src == 1, c1, np.where(src == 2, c2, np.maximum(c1, c2)))
 
 
 def _mujoco_order(m: Model, p: Plan, s: _Slots) -> _Slots:
@@ -596,8 +732,12 @@ def _mujoco_order(m: Model, p: Plan, s: _Slots) -> _Slots:
     Gauss-Seidel sweeps the contacts in it."""
     body = jnp.asarray(p.filt.body, jnp.int32)
     g1, g2 = jnp.asarray(s.geom1, jnp.int32), jnp.asarray(s.geom2, jnp.int32)
-    b1, b2 = body[g1], body[g2]
-    k1, k2 = _geom_keys(m, body, g1, g2, jnp)
+    fl = jnp.asarray(s.flex, jnp.int32)
+    b1 = jnp.where(g1 >= 0, body[jnp.maximum(g1, 0)], m.nbody + fl[:, 0])
+    b2 = jnp.where(g2 >= 0, body[jnp.maximum(g2, 0)], m.nbody + fl[:, 1])
+    k1, k2 = _geom_keys(m, body, jnp.maximum(g1, 0), jnp.maximum(g2, 0), jnp)
+    k1 = jnp.where(g2 >= 0, k1, g1)  # a geom : flex vertex slot: by geom, then vertex
+    k2 = jnp.where(g2 >= 0, k2, jnp.asarray(s.vert, jnp.int32)[:, 1])
     ip = jnp.asarray(s.ipair, jnp.int32)
     # jnp.lexsort: the last key is the primary one
     keys = (jnp.arange(g1.shape[0], dtype=jnp.int32), k2, k1, jnp.maximum(ip, 0),
@@ -687,6 +827,7 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt, boxes):
     src = jnp.where(p1 > p2, 1, jnp.where(p1 < p2, 2, 0))
     condim = jnp.where(src == 1, cd[ga], jnp.where(src == 2, cd[gb],
                                                      jnp.maximum(cd[ga], cd[gb])))
+    none = np.full((valid.shape[0], 2), -1, np.int64)
     sl = _Slots(dist, pos, frame, valid, rep(ga), rep(gb), rep(jnp.full_like(ga, -1)),
-                rep(condim), rep(src), rep(margin))
+                rep(condim), rep(src), rep(margin), none, none, none)
     return sl, overflow

@@ -75,10 +75,21 @@ def compile_flex(ctx) -> None:
     out["flex_edge"] = cat([r["edge"] for r in recs]).reshape(-1, 2).astype(np.int64)
     out["flexedge_rigid"] = cat([r["erigid"] for r in recs]).astype(np.int64)
     for key in ("rigid", "centered", "contype", "conaffinity", "condim", "selfcollide",
-                "edgeequality", "haspassive"):
+                "edgeequality", "haspassive", "priority", "activelayers"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.int64)
-    for key in ("radius", "edgestiffness", "edgedamping", "margin", "gap"):
+    for key in ("radius", "edgestiffness", "edgedamping", "margin", "gap", "solmix"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.float64)
+    for key in ("friction", "solref", "solimp"):
+        out[f"flex_{key}"] = np.stack([r[key] for r in recs]).astype(np.float64)
+    # elements padded to 4 vertex ids (local to the flex) with -1
+    elem = np.full((out["nflexelem"], 4), -1, np.int64)
+    row = 0
+    for r in recs:
+        e = r["elem"]
+        elem[row:row + len(e), :e.shape[1]] = e
+        row += len(e)
+    out["flex_elem"] = elem
+    out["flex_elemlayer"] = np.concatenate([r["elemlayer"] for r in recs]).astype(np.int64)
     out["flex_where"] = tuple(r["where"] for r in recs)
 
 
@@ -174,6 +185,12 @@ def _one(ctx, el, weldid) -> dict:
     name = el.get("name") or f"flex {fid}"
     return dict(
         dim=dim, vbody=np.asarray(bid, np.int64), vert=vert, elem=elem, edge=edge,
+        elemlayer=_layers(elem, dim), priority=_get(contact, "priority", int, 0),
+        activelayers=_get(contact, "activelayers", int, 1),
+        solmix=_get(contact, "solmix", float, 1.0),
+        friction=_vec(contact, "friction", (1.0, 0.005, 0.0001)),
+        solref=_vec(contact, "solref", (0.02, 1.0)),
+        solimp=_vec(contact, "solimp", (0.9, 0.95, 0.001, 0.5, 2.0)),
         erigid=erigid, rigid=int(rigid), centered=int(centered),
         contype=_get(contact, "contype", int, 1), conaffinity=_get(contact, "conaffinity", int, 1),
         condim=_get(contact, "condim", int, 3),
@@ -182,6 +199,48 @@ def _one(ctx, el, weldid) -> dict:
         margin=_get(contact, "margin", float, 0.0), gap=_get(contact, "gap", float, 0.0),
         radius=_get(el, "radius", float, 0.005), edgestiffness=stiff, edgedamping=damp,
         edgeequality=0, haspassive=int(stiff != 0 or damp != 0), where=f"{src} <flex '{name}'>" if src else f"<flex '{name}'>")
+
+
+def _vec(el, attr: str, default: tuple) -> np.ndarray:
+    """A real vector attribute of at most len(default) values; the missing trailing ones
+    keep their defaults (MuJoCo's partial reading of friction, solref, solimp)."""
+    out = np.array(default, float)
+    vals = _list(el, attr) if el is not None else []
+    if len(vals) > len(out):
+        raise MJCFError(f"too many values (at most {len(out)})", el, attr)
+    out[:len(vals)] = vals
+    return out
+
+
+def _layers(elem: np.ndarray, dim: int) -> np.ndarray:
+    """Per element, its graph distance to the flex surface (MuJoCo's flex_elemlayer): 0 for
+    tetrahedra with a boundary face (a face no other tetrahedron shares), then one more per
+    step across a shared face; nelem + 1 for tetrahedra not connected to the surface; 0 for
+    every element of a 1D or 2D flex."""
+    n = len(elem)
+    if dim < 3 or n == 0:
+        return np.zeros(n, np.int64)
+    faces = {}
+    for i, e in enumerate(elem):
+        for f in ((0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)):
+            faces.setdefault(tuple(sorted(int(e[k]) for k in f)), []).append(i)
+    layer = np.full(n, n + 1, np.int64)
+    nbr = [[] for _ in range(n)]
+    for owners in faces.values():
+        if len(owners) == 1:
+            layer[owners[0]] = 0
+        for a in owners:
+            nbr[a] += [b for b in owners if b != a]
+    front = list(np.nonzero(layer == 0)[0])
+    while front:
+        nxt = []
+        for a in front:
+            for b in nbr[a]:
+                if layer[b] > layer[a] + 1:
+                    layer[b] = layer[a] + 1
+                    nxt.append(b)
+        front = nxt
+    return layer
 
 
 def _xpos0(ctx, bid, vert, centered) -> np.ndarray:
