@@ -9,7 +9,8 @@ Jacobians.
 Flex edge equality rows (mjEQ_FLEX) are built with the other equality rows in
 `jaxsim.constraint`; flex contacts in `jaxsim.collision.flexcol`. Not implemented (refused
 by `check_supported` when the forward pass would need them, naming the flex): collisions of
-triangles and tetrahedra with geoms other than planes, and of two flexes with each other.
+triangles with ellipsoids, cylinders, meshes and height fields, of tetrahedra with any geom
+but a plane, and of two flexes with each other.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ def vertex_xpos(m: Model, d: State) -> jax.Array:
     fid = np.repeat(np.arange(m.nflex), _np(m.flex_vertnum))
     centered = _np(m.flex_centered).astype(bool)[fid]
     off = jnp.where(jnp.asarray(centered)[:, None], 0.0, m.flex_vert)
-    return d.xpos[body] + jnp.einsum("kij,kj->ki", d.xmat[body], off)
+    mat = d.xmat[body]
+    # mju_mulMatVec3's order of operations, then the body position (rounding as MuJoCo)
+    rot = mat[:, :, 0] * off[:, None, 0] + mat[:, :, 1] * off[:, None, 1] + mat[:, :, 2] * off[
+        :, None, 2]
+    return rot + d.xpos[body]
 
 
 def edge_vertices(m: Model, ids: np.ndarray | None = None) -> np.ndarray:
@@ -117,7 +122,7 @@ def _unsupported(m: Model, f: int) -> str | None:
     edge_ok = (GeomType.PLANE, GeomType.SPHERE, GeomType.CAPSULE, GeomType.BOX)
     for gg in g[fl == f]:
         t = int(gtype[gg])
-        if t != GeomType.PLANE and not (int(m.flex_dim[f]) == 1 and t in edge_ok):
+        if t != GeomType.PLANE and not (int(m.flex_dim[f]) < 3 and t in edge_ok):
             return (f"(dim {int(m.flex_dim[f])}) collisions with geom {int(gg)} "
                     f"({GeomType(t).name.lower()})")
     ct, ca = int(m.flex_contype[f]), int(m.flex_conaffinity[f])

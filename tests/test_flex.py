@@ -20,6 +20,7 @@ MODELS = [
     "engine/testdata/ray/flex.xml", "user/testdata/flex_line_obj.xml",
     "user/testdata/rigid_flex.xml", "xml/testdata/many_dependencies.xml",
     "user/testdata/cube_22_ascii_vol_gmshApp.xml", "user/testdata/cube_41_binary_surf_gmshApp.xml",
+    "user/testdata/shark_22_ascii_vol_fTetWild.xml",
 ]
 
 # every generator, dof kind and pin form, written for this test
@@ -130,7 +131,7 @@ LACKING_XML = """
 <mujoco>
   <option gravity="0 0 -9.81"/>
   <worldbody>
-    <body name="ball" pos="0 0 .9"><freejoint/><geom size=".05"/></body>
+    <body name="ball" pos="0 0 .9"><freejoint/><geom type="ellipsoid" size=".05 .04 .03"/></body>
     <flexcomp name="sheet" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1" pos="0 0 1"
               mass=".5">
       <contact selfcollide="none"/>
@@ -141,11 +142,11 @@ LACKING_XML = """
 
 
 def test_flex_physics_jaxsim_lacks_raises_naming_the_flexcomp():
-    """Triangles against a sphere (MuJoCo's sphere-triangle routine) are not implemented:
-    the forward pass refuses the model, naming the flex and what it lacks."""
+    """Triangles against an ellipsoid (MuJoCo's CCD with its normal fix for 2D flexes) are
+    not implemented: the forward pass refuses the model, naming the flex and what it lacks."""
     m = jaxsim.load_string(LACKING_XML)
     # raised while tracing (eval_shape compiles nothing)
-    with pytest.raises(MJCFError, match=r"<flex 'sheet'>.*collisions with geom 0 \(sphere\)"):
+    with pytest.raises(MJCFError, match=r"<flex 'sheet'>.*collisions with geom 0 \(ellipsoid\)"):
         jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
     # without contacts the same model simulates
     off = LACKING_XML.replace('<option gravity="0 0 -9.81"/>',
@@ -385,9 +386,9 @@ EDGE_XML = """
       <geom type="capsule" size=".03 .05" euler="0 80 10" priority="1" condim="4"/>
       <geom type="box" size=".04 .05 .03" pos=".25 0 .02" euler="10 20 30"/>
     </body>
-    <flexcomp name="F" type="grid" dim="1" count="10 1 1" spacing=".08 .1 .1" pos="0 0 1"
-              radius=".02" mass="1">
-      <contact condim="3" margin=".005"/>
+    <flexcomp name="F" type="grid" dim="{dim}" count="{count}" spacing="{spacing}" pos="0 0 1"
+              radius="{radius}" mass="1">
+      <contact condim="3" margin=".005" selfcollide="none"/>
       <edge equality="true"/>
     </flexcomp>
   </worldbody>
@@ -395,11 +396,15 @@ EDGE_XML = """
 """
 
 
-def test_flex_edge_geom_contacts_match_mujoco():
-    """Edges (capsules of the flex radius) against spheres, capsules and boxes of a moving
-    body (MuJoCo's primitive routines; the box normal reversed), with priorities, condim
-    and margins mixed as for geom pairs; contacts, forward, one step and inverse."""
-    ref, m = _pair(EDGE_XML)
+@pytest.mark.parametrize("dim,count,spacing,radius,scale", [
+    (1, "10 1 1", ".08 .1 .1", ".02", 0.04), (2, "6 3 1", ".1 .1 .1", ".01", 0.03)],
+    ids=["edges", "triangles"])
+def test_flex_element_geom_contacts_match_mujoco(dim, count, spacing, radius, scale):
+    """Edges (capsules of the flex radius; MuJoCo's primitive routines, the box normal
+    reversed) and triangles (mjraw_SphereTriangle, CapsuleTriangle, BoxTriangle) against
+    spheres, capsules and boxes of a moving body, with priorities, condim and margins mixed
+    as for geom pairs; contacts, forward, one step and inverse."""
+    ref, m = _pair(EDGE_XML.format(dim=dim, count=count, spacing=spacing, radius=radius))
     d = mujoco.MjData(ref)
     rng = np.random.default_rng(1)
     fwd, stp, inv = jax.jit(jaxsim.forward), jax.jit(jaxsim.step), jax.jit(jaxsim.inverse)
@@ -407,7 +412,7 @@ def test_flex_edge_geom_contacts_match_mujoco():
     kinds = set()
     for _ in range(3):
         mujoco.mj_resetData(ref, d)
-        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * 0.04
+        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * scale
         d.qvel[:] = rng.normal(size=ref.nv) * 0.1
         mujoco.mj_forward(ref, d)
         st = state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel))
@@ -427,4 +432,4 @@ def test_flex_edge_geom_contacts_match_mujoco():
         mujoco.mj_inverse(ref, di)
         io = inv(m, out.replace(qacc=np.array(d.qacc)))
         np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-7)
-    assert {1, 2, 3} <= kinds  # sphere, capsule and box all touched the rope
+    assert {1, 2, 3} <= kinds  # sphere, capsule and box all touched the flex

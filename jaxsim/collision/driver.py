@@ -646,14 +646,15 @@ def _flex_plane_slots(m: Model, d: State, p: Plan, dt) -> _Slots:
     from jaxsim.collision import flexcol
 
     fp = p.flexplane
-    dist, pos, normal, valid, margin = flexcol.plane_contacts(m, d, fp, flex.vertex_xpos(m, d))
+    dist, pos, normal, valid, margin, vert = flexcol.plane_contacts(m, d, fp,
+                                                                    flex.vertex_xpos(m, d))
     frame = jax.vmap(make_frame)(normal, jnp.zeros_like(normal))
     n = len(fp.geom)
     src, condim = _flex_source(m, fp.geom, fp.flex)
     minus = np.full(n, -1, np.int64)
     return _Slots(dist.astype(dt), pos.astype(dt), frame.astype(dt), valid, fp.geom, minus,
                   minus, condim, src, margin, np.stack([minus, fp.flex], -1),
-                  np.stack([minus, fp.vert], -1), np.stack([minus, minus], -1))
+                  jnp.stack([jnp.asarray(minus), vert], -1), np.stack([minus, minus], -1))
 
 
 def _flex_elem_slots(m: Model, d: State, p: Plan, dt) -> _Slots:

@@ -8,16 +8,21 @@ geoms'). Implemented here:
 - plane : flex vertex (`mj_collidePlaneFlex`): every vertex of the flex is a sphere of
   radius flex_radius; dist = n.(v - p) - radius, a contact where n.(v - p) <= margin + gap
   + radius, at pos = v - n (dist/2 + radius), with the plane normal as the frame's normal.
-  MuJoCo 4.0 keeps all of them (no per-pair contact cap for this pair kind; checked
-  against the binary on corpus shark_22: 245 contacts of one plane and one flex). A plane
+  (corpus shark_22: 245 contacts of one plane and one deformable flex). A plane
   collides with a flex when the plane's body has no dofs (mj_collideTree calls
   mj_collidePlaneFlex for such bodies), or on any body when the midphase is disabled.
 
-- geom : edge (1D flexes; `mj_collideGeomElem`): each edge is a capsule of radius
-  flex_radius between its vertices (mj_makeCapsule), against spheres, capsules and boxes
-  with the primitive routines (the box's normal reversed, as MuJoCo does); edges with a
-  vertex on the geom's body are skipped; per geom body and flex, more than MAXCONPAIR (50)
-  contacts are thinned as filterFlexContacts does (the deepest, then the farthest).
+- geom : element (`mj_collideGeomElem`) for spheres, capsules and boxes: an edge of a 1D
+  flex is a capsule of radius flex_radius between its vertices (mj_makeCapsule) for the
+  primitive routines (the box's normal reversed, as MuJoCo does); a triangle goes through
+  mjraw_SphereTriangle, CapsuleTriangle (both ends, then each vertex against the segment)
+  and BoxTriangle (each vertex in the box, then each corner against the triangle).
+  Elements with a vertex on the geom's body are skipped, and so are pairs where neither
+  the geom nor any vertex can move.
+- MuJoCo 4.0 thins (filterFlexContacts: the deepest, then repeatedly the farthest from those
+  kept, MAXCONPAIR = 50) the contacts of a rigid flex with each geom, planes included, and
+  keeps all of a deformable flex's (checked against the binary). In a regular grid the
+  farthest points tie, and which survive then depends on the last bit of the positions.
 - self-collisions (`selfcollide` not none, non-rigid flex, contype & conaffinity): element
   pairs without a vertex body in common (3D: only the first `activelayers` layers), after
   MuJoCo's box test without margin: edges as capsule pairs, triangles and tetrahedra
@@ -33,14 +38,16 @@ flex), elem (an element, local). The constraint Jacobian of an element side spre
 its vertices with the barycentric coordinates of the element point closest to the contact
 (MuJoCo 4.0; `contact_sides`), also in the diagonal approximation (body_invweight0).
 Element pairs are enumerated at compile time: `jaxsim.flex.check_supported` refuses, naming
-the flex, what is not implemented (triangles and tetrahedra against geoms other than
-planes, flex : flex pairs) and self-collisions over more than ELEM_PAIRS_MAX pairs.
+the flex, what is not implemented (triangles against ellipsoids, cylinders, meshes and
+height fields; tetrahedra against any geom but a plane; flex : flex pairs) and
+self-collisions over more than ELEM_PAIRS_MAX pairs.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -72,10 +79,16 @@ def geom_flex_pairs(m: Model) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     bct, bca = body_bits(m)
     gb = _i(m.geom_bodyid)
+    dofs = _i(m.body_dofnum)[_i(m.body_weldid)]
+    vdofs = dofs[_i(m.flex_vertbodyid)]
+    fixed = [not vdofs[int(m.flex_vertadr[f]):][:int(m.flex_vertnum[f])].any()
+             for f in range(m.nflex)]
     gs, fs = [], []
     for g in np.argsort(gb, kind="stable"):
         b = gb[g]
         for f in range(m.nflex):
+            if fixed[f] and not dofs[b]:
+                continue  # nothing can move (as MuJoCo's filter of two dof-less bodies)
             fct, fca = m.flex_contype[f], m.flex_conaffinity[f]
             if not bitmask_ok(bct[b], bca[b], fct, fca):
                 continue
@@ -94,13 +107,18 @@ def plane_collides(m: Model, g: int) -> bool:
 
 
 class PlanePlan(NamedTuple):
-    """Static layout of the plane : flex vertex slots (one slot per vertex per pair)."""
+    """Static layout of the plane : flex vertex slots: one per vertex per pair, or for a
+    rigid flex with more vertices MAXCONPAIR (MuJoCo 4.0 thins a rigid flex's contacts
+    with a geom, not a deformable one's: checked against the binary)."""
 
-    geom: np.ndarray  # (n,) plane geom of each slot
-    flex: np.ndarray  # (n,) flex of each slot
-    vert: np.ndarray  # (n,) vertex of each slot, local to the flex
+    geom: np.ndarray  # (n,) plane geom of each output slot
+    flex: np.ndarray  # (n,) flex of each output slot
+    vert: np.ndarray  # (N,) vertex of each computed slot, local to the flex
+    cgeom: np.ndarray  # (N,) plane geom of each computed slot
+    cflex: np.ndarray  # (N,) flex of each computed slot
     pair_geom: np.ndarray  # (p,) the pairs
     pair_flex: np.ndarray
+    thinned: tuple  # (start, count) of the computed slots of each thinned pair
 
 
 def plane_plan(m: Model) -> PlanePlan | None:
@@ -113,8 +131,13 @@ def plane_plan(m: Model) -> PlanePlan | None:
     if not len(g):
         return None
     num = _i(m.flex_vertnum)[f]
-    return PlanePlan(np.repeat(g, num), np.repeat(f, num),
-                     np.concatenate([np.arange(n) for n in num]), g, f)
+    rigid = _i(m.flex_rigid)[f].astype(bool)
+    out = np.where(rigid, np.minimum(num, MAXCONPAIR), num)
+    start = np.concatenate([[0], np.cumsum(num)[:-1]])
+    thinned = tuple((int(a), int(n)) for a, n, r in zip(start, num, rigid, strict=True)
+                    if r and n > MAXCONPAIR)
+    return PlanePlan(np.repeat(g, out), np.repeat(f, out), np.concatenate(
+        [np.arange(n) for n in num]), np.repeat(g, num), np.repeat(f, num), g, f, thinned)
 
 
 def margin_gap(m: Model, g, f):
@@ -126,8 +149,8 @@ def margin_gap(m: Model, g, f):
 
 
 def plane_contacts(m: Model, d: State, pp: PlanePlan, vert_xpos):
-    """(dist, pos, normal, valid, margin) of the plane : vertex slots."""
-    g, f = pp.geom, pp.flex
+    """(dist, pos, normal, valid, margin, vert) of the plane : vertex output slots."""
+    g, f = pp.cgeom, pp.cflex
     v = vert_xpos[_i(m.flex_vertadr)[f] + pp.vert]
     p = d.geom_xpos[g]
     n = d.geom_xmat[g][:, :, 2]
@@ -138,7 +161,22 @@ def plane_contacts(m: Model, d: State, pp: PlanePlan, vert_xpos):
     valid = h <= margin + gap + radius
     dist = h - radius
     pos = v + n * (-dist * 0.5 - radius)[:, None]
-    return dist, pos, n, valid, margin
+    vert = jnp.asarray(pp.vert)
+    if pp.thinned:  # thin each such pair to MAXCONPAIR, compacted in vertex order
+        idx, live, a0 = [], [], 0
+        for a, cnt in pp.thinned:
+            idx.append(jnp.arange(a0, a))
+            live.append(valid[a0:a])
+            k, ok = keep_far(dist[a:a + cnt], pos[a:a + cnt], valid[a:a + cnt])
+            idx.append(a + k)
+            live.append(ok)
+            a0 = a + cnt
+        idx.append(jnp.arange(a0, dist.shape[0]))
+        live.append(valid[a0:])
+        idx = jnp.concatenate(idx)
+        valid = jnp.concatenate(live)
+        dist, pos, n, margin, vert = dist[idx], pos[idx], n[idx], margin[idx], vert[idx]
+    return dist, pos, n, valid, margin, vert
 
 
 # ------------------------------------------------------------------ flex elements
@@ -229,27 +267,28 @@ def elem_elem_ccd(pts1, pts2, c1, c2, radius1, radius2, margin, opt):
 
 def keep_far(dist, pos, valid, cap: int = MAXCONPAIR):
     """MuJoCo's filterFlexContacts over one block of slots: with more than `cap` valid
-    contacts, keep the deepest, then repeatedly the one farthest from those kept; returns
-    the new valid mask (slot order unchanged)."""
+    contacts, the deepest, then repeatedly the one farthest from those kept (the first of
+    equals; MuJoCo 4.0's choice, checked against the binary). Returns (slot index, live)
+    of `cap` slots: the kept ones, or with at most `cap` valid contacts those, in slot
+    order."""
     from jax import lax
 
     n = dist.shape[0]
-    if n <= cap:
-        return valid
-    big = jnp.asarray(jnp.finfo(dist.dtype).max, dist.dtype)
-    first = jnp.argmax(jnp.where(valid, -dist, -big))
     x = lax.stop_gradient(pos)
+    big = jnp.asarray(jnp.finfo(dist.dtype).max, dist.dtype)
+    first = jnp.argmax(jnp.where(valid, -lax.stop_gradient(dist), -big))
 
     def body(_, st):
         sel, mind, best = st
         sel = sel.at[best].set(True)
         d2 = jnp.sum((x - x[best]) ** 2, -1)
         mind = jnp.minimum(mind, d2)
-        score = jnp.where(sel | ~valid, -1.0, mind)
-        return sel, mind, jnp.argmax(score)
+        return sel, mind, jnp.argmax(jnp.where(sel | ~valid, -1.0, mind))
 
     sel, _, _ = lax.fori_loop(0, cap, body, (jnp.zeros(n, bool), jnp.full(n, big), first))
-    return jnp.where(jnp.sum(valid) > cap, valid & sel, valid)
+    keep = jnp.where(jnp.sum(valid) > cap, valid & sel, valid)
+    idx = jnp.nonzero(keep, size=cap, fill_value=0)[0]
+    return idx, jnp.arange(cap) < jnp.sum(keep)
 
 
 def bary_weights(p, verts, k: int):
@@ -350,9 +389,10 @@ class ElemPart(NamedTuple):
 
 
 class ElemBlock(NamedTuple):
-    """One geom body against a flex (contacts MuJoCo filters together: filterFlexContacts
-    keeps MAXCONPAIR), or one flex's self-collisions (MuJoCo 4.0 keeps them all; jaxsim's
-    buffer holds the deepest `nslot` and reports more in `state.overflow`)."""
+    """One geom against a rigid flex (MuJoCo thins the contacts to MAXCONPAIR:
+    filterFlexContacts), or one geom body against a deformable flex, or one flex's
+    self-collisions (MuJoCo 4.0 keeps all of those; jaxsim's buffer holds the deepest
+    `nslot` and reports more in `state.overflow`)."""
 
     flex: int
     sig: int  # bodyflex signature (MuJoCo's pair order)
@@ -361,12 +401,15 @@ class ElemBlock(NamedTuple):
     filtered: bool  # MuJoCo's MAXCONPAIR filter applies
 
 
-# self-collision slots per flex: SELF_SLOTS_PER_VERT per vertex (at least MAXCONPAIR), or
-# every element pair's when fewer
-SELF_SLOTS_PER_VERT = 4
+# slots of a deformable flex's self-collisions, and of its contacts with one geom body:
+# SLOTS_PER_VERT per vertex (at least MAXCONPAIR), or every pair's when fewer
+SLOTS_PER_VERT = 4
 
 
 _GEOM_EDGE = (GeomType.SPHERE, GeomType.CAPSULE, GeomType.BOX)
+# contact slots of geom : element routines, by element dim and geom type
+_SLOTS = {1: {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.BOX: 4},
+          2: {GeomType.SPHERE: 1, GeomType.CAPSULE: 5, GeomType.BOX: 11}}
 
 
 def _active_elems(m: Model, f: int) -> np.ndarray:
@@ -388,28 +431,35 @@ def elem_plan(m: Model) -> tuple[ElemBlock, ...]:
         for f in dict.fromkeys(fl[gbody[g] == b].tolist()):
             sel = g[(gbody[g] == b) & (fl == f)]
             sel = sel[gtype[sel] != GeomType.PLANE]
-            if int(m.flex_dim[f]) != 1:
+            dim = int(m.flex_dim[f])
+            if dim == 3:
                 sel = sel[:0]  # refused by flex.check_supported
             sel = sel[np.isin(gtype[sel], _GEOM_EDGE)]
             if not len(sel):
                 continue
             el = _active_elems(m, f)
-            ebody = vbody[elem_vertices(m, f, el)]  # (ne, 2)
+            ebody = vbody[elem_vertices(m, f, el)]  # (ne, dim + 1)
             gg, ee = np.meshgrid(sel, np.arange(len(el)), indexing="ij")
             gg, ee = gg.reshape(-1), el[ee.reshape(-1)]
             ok = ~np.any(ebody[np.searchsorted(el, ee)] == gbody[gg][:, None], -1)
             gg, ee = gg[ok], ee[ok]
-            parts = []
-            for t in _GEOM_EDGE:
-                s = gtype[gg] == t
-                if s.any():
-                    k = {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.BOX: 4}[t]
-                    parts.append(ElemPart(f"geom1:{int(t)}", gg[s], -np.ones(s.sum(), np.int64),
-                                          ee[s], k))
-            if parts:
+            sig = (int(b) << 16) + m.nbody + int(f)
+            rigid = bool(_i(m.flex_rigid)[f])
+            # MuJoCo 4.0 thins the contacts of a rigid flex per geom (MAXCONPAIR) and keeps
+            # all of a deformable one's (checked against the binary)
+            for grp in ([np.array([x]) for x in np.unique(gg)] if rigid else [np.unique(gg)]):
+                parts = []
+                for t in _GEOM_EDGE:
+                    s = (gtype[gg] == t) & np.isin(gg, grp)
+                    if s.any():
+                        parts.append(ElemPart(f"geom{dim}:{int(t)}", gg[s],
+                                              -np.ones(s.sum(), np.int64), ee[s], _SLOTS[dim][t]))
+                if not parts:
+                    continue
                 n = sum(len(p.geom) * p.k for p in parts)
-                blocks.append(ElemBlock(int(f), (int(b) << 16) + m.nbody + int(f), tuple(parts),
-                                        min(n, MAXCONPAIR), True))
+                room = MAXCONPAIR if rigid else max(MAXCONPAIR, SLOTS_PER_VERT * int(
+                    m.flex_vertnum[f]))
+                blocks.append(ElemBlock(int(f), sig, tuple(parts), min(n, room), rigid))
     for f in range(m.nflex):
         pairs = flex.self_pairs(m, f)
         if not len(pairs):
@@ -418,7 +468,7 @@ def elem_plan(m: Model) -> tuple[ElemBlock, ...]:
         part = ElemPart("capcap" if dim == 1 else "ccd", -np.ones(len(pairs), np.int64),
                         pairs[:, 0], pairs[:, 1], 2 if dim == 1 else 1)
         sig = ((m.nbody + f) << 16) + m.nbody + f
-        room = max(MAXCONPAIR, SELF_SLOTS_PER_VERT * int(m.flex_vertnum[f]))
+        room = max(MAXCONPAIR, SLOTS_PER_VERT * int(m.flex_vertnum[f]))
         blocks.append(ElemBlock(f, sig, (part,), min(len(pairs) * part.k, room), False))
     return tuple(blocks)
 
@@ -433,6 +483,113 @@ class ElemOut(NamedTuple):
     geom: np.ndarray  # (n,) side-0 geom (-1: element)
     e1: object  # (n,) side-0 element (-1: geom)
     e2: object
+
+
+def sphere_triangle(s, rs, t1, t2, t3, rt, margin):
+    """MuJoCo's mjraw_SphereTriangle: a sphere (centre s, radius rs) against a triangle
+    inflated by rt; (dist, pos, normal from the sphere to the triangle, valid)."""
+    from jaxsim.collision import ccd
+
+    dot = ccd.dot
+    rbound = margin + rs + rt
+    S, A, B = s - t1, t2 - t1, t3 - t1
+    N = ccd.normalize(ccd.cross(A, B))
+    dsts = dot(N, S)
+    P = S - N * dsts
+    lena = jnp.sqrt(dot(A, A))
+    V1 = ccd.normalize(A)
+    V2 = ccd.normalize(ccd.cross(N, A))
+    o = jnp.zeros(2, s.dtype)
+    a = jnp.stack([lena, jnp.zeros_like(lena)])
+    b = jnp.stack([dot(V1, B), dot(V2, B)])
+    p = jnp.stack([dot(V1, P), dot(V2, P)])
+
+    def area_sign(p1, p2, p3):
+        return jnp.sign((p1[0] - p3[0]) * (p2[1] - p3[1]) - (p2[0] - p3[0]) * (p1[1] - p3[1]))
+
+    def point_segment(u, v):
+        uv, up = v - u, p - u
+        t = (uv[0] * up[0] + uv[1] * up[1]) / jnp.maximum(1e-15, uv[0] * uv[0] + uv[1] * uv[1])
+        r = jnp.where(t <= 0, u, jnp.where(t >= 1, v, u + uv * t))
+        d2 = (r[0] - p[0]) * (r[0] - p[0]) + (r[1] - p[1]) * (r[1] - p[1])
+        return r, jnp.where(d2 > 0, jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)), 0.0)
+
+    s1, s2, s3 = area_sign(p, o, a), area_sign(p, a, b), area_sign(p, b, o)
+    inside = (s1 == s2) & (s2 == s3)
+    (x0, d0), (x1, d1), (x2, d2) = point_segment(o, a), point_segment(a, b), point_segment(b, o)
+    best = jnp.where((d0 < d1) & (d0 < d2), 0, jnp.where(d1 < d2, 1, 2))
+    xb = jnp.stack([x0, x1, x2])[best]
+    X = jnp.where(inside, P, V1 * xb[0] + V2 * xb[1])
+    nrm = X - S
+    dst = jnp.sqrt(dot(nrm, nrm))
+    nrm = ccd.normalize(nrm)
+    valid = (jnp.abs(dsts) <= rbound) & (dst <= rbound)
+    dist = dst - rs - rt
+    pos = s + nrm * (rs + dist / 2)
+    return dist, pos, nrm, valid
+
+
+def _contacts(dist, pos, normal, valid):
+    from jaxsim.collision.common import Contacts
+
+    return Contacts(dist, pos, normal, jnp.zeros_like(normal), valid)
+
+
+def _sphere_tri(g, tri, rt, margin):
+    dist, pos, nrm, ok = sphere_triangle(g.pos, g.size[0], tri[0], tri[1], tri[2], rt, margin)
+    return _contacts(dist[None], pos[None], nrm[None], ok[None])
+
+
+def _capsule_tri(g, tri, rt, margin):
+    """mjraw_CapsuleTriangle: both segment ends as spheres against the triangle, then each
+    triangle vertex against the segment's interior (5 slots)."""
+    from jaxsim.collision import ccd
+
+    r, half = g.size[0], g.size[1]
+    axis = g.mat[:, 2]
+    p1, p2 = g.pos - axis * half, g.pos + axis * half
+    ends = [sphere_triangle(q, r, tri[0], tri[1], tri[2], rt, margin) for q in (p1, p2)]
+    ab = p2 - p1
+    den = 4 * half * half
+    vec = tri - p1
+    t = ccd.dot(vec, ab) / jnp.where(den > 0, den, 1.0)
+    inner = (t > 1e-15) & (t < 1 - 1e-15) & (den > 0)
+    closest = p1 + ab * t[:, None]
+    vec = tri - closest
+    dst = jnp.sqrt(ccd.dot(vec, vec))
+    n = ccd.normalize(vec)
+    ok = inner & (dst <= r + rt + margin)
+    dv = dst - r - rt
+    pv = (closest + tri + n * (r - rt)) * 0.5
+    dist = jnp.concatenate([jnp.stack([e[0] for e in ends]), dv])
+    pos = jnp.concatenate([jnp.stack([e[1] for e in ends]), pv])
+    nrm = jnp.concatenate([jnp.stack([e[2] for e in ends]), n])
+    valid = jnp.concatenate([jnp.stack([e[3] for e in ends]), ok])
+    return _contacts(dist, pos, nrm, valid)
+
+
+def _box_tri(g, tri, rt, margin):
+    """mjraw_BoxTriangle: each triangle vertex inside the (inflated) box, on the face of
+    least penetration, then each box corner as a point against the triangle (11 slots)."""
+    from jaxsim.collision import ccd
+
+    size, mat = g.size, g.mat
+    local = jax.vmap(lambda v: ccd.mul_t(mat, v - g.pos))(tri)  # (3, 3)
+    pen = jnp.abs(local) - size
+    axis = jnp.where(pen[:, 1] > pen[:, 0], 1, 0)  # the first largest, as MuJoCo's loop
+    axis = jnp.where(pen[:, 2] > jnp.take_along_axis(pen, axis[:, None], 1)[:, 0], 2, axis)
+    maxval = jnp.take_along_axis(pen, axis[:, None], 1)[:, 0]
+    ok = (maxval - rt <= margin) & jnp.all(jnp.abs(local) <= size + margin + rt, -1)
+    sgn = jnp.where(jnp.take_along_axis(local, axis[:, None], 1)[:, 0] > 0, 1.0, -1.0)
+    nrm = mat[:, axis].T * sgn[:, None]
+    dv = maxval - rt
+    pv = tri - nrm * (rt + dv * 0.5)[:, None]
+    bits = np.array([[(i >> k) & 1 for k in range(3)] for i in range(8)], bool)
+    corners = jax.vmap(lambda b: ccd.mul(mat, jnp.where(b, size, -size)) + g.pos)(bits)
+    cd, cp, cn, cv = jax.vmap(lambda c: sphere_triangle(c, 0.0, tri[0], tri[1], tri[2], rt,
+                                                        margin))(corners)
+    return _contacts(jnp.concatenate([dv, cd]), jnp.concatenate([pv, cp]),
+                     jnp.concatenate([nrm, cn]), jnp.concatenate([ok, cv]))
 
 
 def _sap_swap(m: Model, f: int, vx, c1, h1, c2, h2):
@@ -465,23 +622,29 @@ def block_contacts(m: Model, d: State, blk: ElemBlock, vx, opt) -> ElemOut:
     for part in blk.parts:
         v2 = elem_vertices(m, f, part.e2)
         c2, h2 = elem_boxes(m, f, v2, vx)
-        if part.kind.startswith("geom1"):
+        if part.kind.startswith("geom"):
             t = int(part.kind.split(":")[1])
             g = part.geom
             margin, gap = margin_gap(m, g, np.full(len(g), f))
             bound = m.geom_rbound[g] + margin + gap
             near = ~jnp.any((d.geom_xpos[g] + bound[:, None] < c2 - h2)
                             | (d.geom_xpos[g] - bound[:, None] > c2 + h2), -1)
-            cap = capsule_geom(m, f, vx[v2[:, 0]], vx[v2[:, 1]])
             geo = Geom(d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g], None)
             lim = margin + gap
-            if t == GeomType.SPHERE:
-                res = jax.vmap(primitive.sphere_capsule)(geo, cap, lim)
-            elif t == GeomType.CAPSULE:
-                res = jax.vmap(primitive.capsule_capsule)(geo, cap, lim)
+            if part.kind.startswith("geom2"):
+                tri = vx[v2]  # (p, 3, 3)
+                fn = {GeomType.SPHERE: _sphere_tri, GeomType.CAPSULE: _capsule_tri,
+                      GeomType.BOX: _box_tri}[t]
+                res = jax.vmap(fn, in_axes=(0, 0, None, 0))(geo, tri, m.flex_radius[f], lim)
             else:
-                res = jax.vmap(box.capsule_box)(cap, geo, lim)
-                res = res._replace(normal=-res.normal)
+                cap = capsule_geom(m, f, vx[v2[:, 0]], vx[v2[:, 1]])
+                if t == GeomType.SPHERE:
+                    res = jax.vmap(primitive.sphere_capsule)(geo, cap, lim)
+                elif t == GeomType.CAPSULE:
+                    res = jax.vmap(primitive.capsule_capsule)(geo, cap, lim)
+                else:
+                    res = jax.vmap(box.capsule_box)(cap, geo, lim)
+                    res = res._replace(normal=-res.normal)
             k = part.k
             outs.append((res.dist.reshape(-1), res.pos.reshape(-1, 3), res.normal.reshape(-1, 3),
                          res.tangent.reshape(-1, 3),
@@ -522,13 +685,13 @@ def block_contacts(m: Model, d: State, blk: ElemBlock, vx, opt) -> ElemOut:
     over = jnp.zeros((), bool)
     if n > blk.nslot:
         if blk.filtered:
-            val = keep_far(dist, pos, val)
-            idx = jnp.nonzero(val, size=blk.nslot, fill_value=0)[0]
+            idx, live = keep_far(dist, pos, val, blk.nslot)
         else:  # the deepest, in slot order
             over = jnp.sum(val) > blk.nslot
             score = jnp.where(val, -jax.lax.stop_gradient(dist), -jnp.inf)
             idx = jnp.sort(jax.lax.top_k(score, blk.nslot)[1])
-        live = val[idx] if not blk.filtered else jnp.arange(blk.nslot) < jnp.sum(val)
+        if not blk.filtered:
+            live = val[idx]
         return ElemOut(dist[idx], pos[idx], nrm[idx], tan[idx], live, over,
                        jnp.asarray(geom)[idx], jnp.asarray(e1)[idx], jnp.asarray(e2)[idx])
     return ElemOut(dist, pos, nrm, tan, val, over, geom, e1, e2)
