@@ -9,8 +9,8 @@ Jacobians.
 Flex edge equality rows (mjEQ_FLEX) are built with the other equality rows in
 `jaxsim.constraint`; flex contacts in `jaxsim.collision.flexcol`. Not implemented (refused
 by `check_supported` when the forward pass would need them, naming the flex): collisions of
-triangles with ellipsoids, cylinders, meshes and height fields, of tetrahedra with any geom
-but a plane, and of two flexes with each other.
+triangles with ellipsoids and cylinders, of tetrahedra with spheres and capsules, of any
+element with a height field, and of two flexes with each other.
 """
 
 from __future__ import annotations
@@ -119,10 +119,11 @@ def _unsupported(m: Model, f: int) -> str | None:
 
     g, fl = flexcol.geom_flex_pairs(m)
     gtype = _np(m.geom_type)
-    edge_ok = (GeomType.PLANE, GeomType.SPHERE, GeomType.CAPSULE, GeomType.BOX)
+    from jaxsim.collision.flexcol import _SLOTS
+
     for gg in g[fl == f]:
         t = int(gtype[gg])
-        if t != GeomType.PLANE and not (int(m.flex_dim[f]) < 3 and t in edge_ok):
+        if t != GeomType.PLANE and t not in _SLOTS[int(m.flex_dim[f])]:
             return (f"(dim {int(m.flex_dim[f])}) collisions with geom {int(gg)} "
                     f"({GeomType(t).name.lower()})")
     ct, ca = int(m.flex_contype[f]), int(m.flex_conaffinity[f])

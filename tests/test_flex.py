@@ -433,3 +433,54 @@ def test_flex_element_geom_contacts_match_mujoco(dim, count, spacing, radius, sc
         io = inv(m, out.replace(qacc=np.array(d.qacc)))
         np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-7)
     assert {1, 2, 3} <= kinds  # sphere, capsule and box all touched the flex
+
+
+CCD_XML = """
+<mujoco>
+  <option gravity="0 0 -9.81"/>
+  <asset><mesh name="m" vertex="0 0 0  .1 0 0  0 .1 0  0 0 .1  .08 .08 .06"/></asset>
+  <worldbody>
+    <body name="obstacles" pos="0 0 {z}"><joint type="slide" axis="0 0 1"/>
+      {geoms}
+    </body>
+    <flexcomp name="F" type="grid" dim="{dim}" count="{count}" spacing=".1 .1 .1" pos="0 0 1"
+              radius=".01" mass="1">
+      <contact condim="3" margin=".005" selfcollide="none"/>
+      <edge equality="true"/>
+    </flexcomp>
+  </worldbody>
+</mujoco>
+"""
+CCD_GEOMS = {
+    2: '<geom type="mesh" mesh="m" pos="-.1 0 0" euler="5 10 0"/>',
+    3: '<geom type="box" size=".04 .05 .03" pos=".12 0 0" euler="10 20 30"/>'
+       '<geom type="mesh" mesh="m" pos="-.15 0 0" euler="5 10 0"/>'
+       '<geom type="ellipsoid" size=".05 .04 .03" pos="0 .12 0"/>'
+       '<geom type="cylinder" size=".04 .03" pos="0 -.12 0" euler="0 30 0"/>',
+}
+
+
+@pytest.mark.parametrize("dim", [2, 3], ids=["triangles-mesh", "tetrahedra"])
+def test_flex_element_ccd_contacts_match_mujoco(dim):
+    """mjc_ConvexElem: triangles against meshes, tetrahedra (outer layer) against boxes,
+    meshes, ellipsoids and cylinders, through the native CCD with the element inflated by
+    the radius; the same contacts and accelerations as MuJoCo."""
+    xml = CCD_XML.format(dim=dim, count="3 3 3" if dim == 3 else "5 3 1",
+                         geoms=CCD_GEOMS[dim], z=1.1 if dim == 3 else 0.95)
+    ref, m = _pair(xml)
+    d = mujoco.MjData(ref)
+    rng = np.random.default_rng(1)
+    fwd = jax.jit(jaxsim.forward)
+    state = jaxsim.make_state(m)
+    kinds = set()
+    for _ in range(3):
+        mujoco.mj_resetData(ref, d)
+        d.qpos[:] = ref.qpos0 + rng.normal(size=ref.nq) * 0.03
+        d.qvel[:] = rng.normal(size=ref.nv) * 0.1
+        mujoco.mj_forward(ref, d)
+        out = fwd(m, state.replace(qpos=np.array(d.qpos), qvel=np.array(d.qvel)))
+        _same_contacts(_contact_keys(out.contact, np.asarray(out.contact.active)),
+                       _ref_keys(d), 1e-8)
+        kinds |= {int(r.geom[0]) for r in d.contact[:d.ncon]}
+        np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, rtol=1e-8, atol=1e-8)
+    assert kinds == set(range(ref.ngeom))  # every geom touched the flex

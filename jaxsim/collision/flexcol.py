@@ -16,9 +16,12 @@ geoms'). Implemented here:
   flex is a capsule of radius flex_radius between its vertices (mj_makeCapsule) for the
   primitive routines (the box's normal reversed, as MuJoCo does); a triangle goes through
   mjraw_SphereTriangle, CapsuleTriangle (both ends, then each vertex against the segment)
-  and BoxTriangle (each vertex in the box, then each corner against the triangle).
-  Elements with a vertex on the geom's body are skipped, and so are pairs where neither
-  the geom nor any vertex can move.
+  and BoxTriangle (each vertex in the box, then each corner against the triangle); and
+  through MuJoCo's native CCD (mjc_ConvexElem, one contact: the geom and the element, this
+  inflated by its radius, both by half the margin) for triangles against meshes and
+  tetrahedra against boxes, meshes, ellipsoids and cylinders. Elements with a vertex on
+  the geom's body are skipped, and so are pairs where neither the geom nor any vertex can
+  move.
 - MuJoCo 4.0 thins (filterFlexContacts: the deepest, then repeatedly the farthest from those
   kept, MAXCONPAIR = 50) the contacts of a rigid flex with each geom, planes included, and
   keeps all of a deformable flex's (checked against the binary). In a regular grid the
@@ -38,9 +41,10 @@ flex), elem (an element, local). The constraint Jacobian of an element side spre
 its vertices with the barycentric coordinates of the element point closest to the contact
 (MuJoCo 4.0; `contact_sides`), also in the diagonal approximation (body_invweight0).
 Element pairs are enumerated at compile time: `jaxsim.flex.check_supported` refuses, naming
-the flex, what is not implemented (triangles against ellipsoids, cylinders, meshes and
-height fields; tetrahedra against any geom but a plane; flex : flex pairs) and
-self-collisions over more than ELEM_PAIRS_MAX pairs.
+the flex, what is not implemented (triangles against ellipsoids and cylinders, which
+MuJoCo's CCD follows with a normal fix for 2D flexes; tetrahedra against spheres and
+capsules, 4.0's new analytic routines; any element against a height field; flex : flex
+pairs) and self-collisions over more than ELEM_PAIRS_MAX pairs.
 """
 
 from __future__ import annotations
@@ -265,6 +269,41 @@ def elem_elem_ccd(pts1, pts2, c1, c2, radius1, radius2, margin, opt):
     return dist, pos, normal, valid
 
 
+def geom_elem_ccd(t: int, geo, pts, center, radius, margin, opt):
+    """mjc_ConvexElem for a geom of type t (box, mesh, ellipsoid, cylinder: no sphere or
+    capsule core) and an element: MuJoCo's native CCD with both objects inflated by half
+    the margin (the element also by its radius); one contact or none; gradients through
+    the supports at the frozen normal."""
+    from jax import lax
+
+    from jaxsim.collision import ccd
+
+    dt = pts.dtype
+    sg = jax.tree.map(lax.stop_gradient, geo)
+    sp = lax.stop_gradient(pts)
+    ms = lax.stop_gradient(margin)
+    hm = 0.5 * ms
+
+    def gsup(d, warm, core):
+        return ccd.support(t, sg, d, warm, core)
+
+    pr = ccd.Pair(gsup, _elem_support(sp, radius + hm), sg.pos, lax.stop_gradient(center),
+                  ms, jnp.zeros((), dt), False, False, jnp.zeros((), dt), jnp.zeros((), dt),
+                  t in (ccd.BOX, ccd.MESH), False)
+    c = ccd.ccd(pr, jnp.asarray(opt.tolerance, dt), int(opt.iterations),
+                -jnp.ones(2, jnp.int32))
+    valid = c.dist < 0
+    normal = ccd.normalize(c.x1 - c.x2)
+    n = lax.stop_gradient(normal)
+    q1 = ccd.support(t, geo, n, jnp.asarray(-1, jnp.int32), False)[0] + 0.5 * margin * n
+    q2 = pts[jnp.argmax(sp @ -n)] - (radius + 0.5 * margin) * n
+    e = -jnp.dot(q1 - q2, n)
+    q = 0.5 * (q1 + q2)
+    dist = lax.stop_gradient(ms + c.dist) + (e - lax.stop_gradient(e))
+    pos = lax.stop_gradient(0.5 * (c.x1 + c.x2)) + (q - lax.stop_gradient(q))
+    return dist, pos, normal, valid
+
+
 def keep_far(dist, pos, valid, cap: int = MAXCONPAIR):
     """MuJoCo's filterFlexContacts over one block of slots: with more than `cap` valid
     contacts, the deepest, then repeatedly the one farthest from those kept (the first of
@@ -406,10 +445,14 @@ class ElemBlock(NamedTuple):
 SLOTS_PER_VERT = 4
 
 
-_GEOM_EDGE = (GeomType.SPHERE, GeomType.CAPSULE, GeomType.BOX)
 # contact slots of geom : element routines, by element dim and geom type
+# (MuJoCo's CCD, mjc_ConvexElem, for the pairs of one slot: triangles against meshes,
+# tetrahedra against boxes, meshes, ellipsoids and cylinders)
 _SLOTS = {1: {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.BOX: 4},
-          2: {GeomType.SPHERE: 1, GeomType.CAPSULE: 5, GeomType.BOX: 11}}
+          2: {GeomType.SPHERE: 1, GeomType.CAPSULE: 5, GeomType.BOX: 11, GeomType.MESH: 1},
+          3: {GeomType.BOX: 1, GeomType.MESH: 1, GeomType.ELLIPSOID: 1, GeomType.CYLINDER: 1}}
+_CCD_TYPES = {2: (GeomType.MESH,), 3: (GeomType.BOX, GeomType.MESH, GeomType.ELLIPSOID,
+                                        GeomType.CYLINDER)}
 
 
 def _active_elems(m: Model, f: int) -> np.ndarray:
@@ -432,9 +475,7 @@ def elem_plan(m: Model) -> tuple[ElemBlock, ...]:
             sel = g[(gbody[g] == b) & (fl == f)]
             sel = sel[gtype[sel] != GeomType.PLANE]
             dim = int(m.flex_dim[f])
-            if dim == 3:
-                sel = sel[:0]  # refused by flex.check_supported
-            sel = sel[np.isin(gtype[sel], _GEOM_EDGE)]
+            sel = sel[np.isin(gtype[sel], [t for t in _SLOTS[dim]])]
             if not len(sel):
                 continue
             el = _active_elems(m, f)
@@ -449,7 +490,7 @@ def elem_plan(m: Model) -> tuple[ElemBlock, ...]:
             # all of a deformable one's (checked against the binary)
             for grp in ([np.array([x]) for x in np.unique(gg)] if rigid else [np.unique(gg)]):
                 parts = []
-                for t in _GEOM_EDGE:
+                for t in _SLOTS[dim]:
                     s = (gtype[gg] == t) & np.isin(gg, grp)
                     if s.any():
                         parts.append(ElemPart(f"geom{dim}:{int(t)}", gg[s],
@@ -631,7 +672,21 @@ def block_contacts(m: Model, d: State, blk: ElemBlock, vx, opt) -> ElemOut:
                             | (d.geom_xpos[g] - bound[:, None] > c2 + h2), -1)
             geo = Geom(d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g], None)
             lim = margin + gap
-            if part.kind.startswith("geom2"):
+            if t in _CCD_TYPES.get(int(part.kind[4]), ()):
+                data = None
+                if t == GeomType.MESH:
+                    from jaxsim.collision import ccd as _ccd
+
+                    data = _ccd.mesh_data(m, _i(m.geom_dataid)[g])
+                geo = geo._replace(data=data)
+
+                def one(gi, pts, cen, r, mg, t=t):
+                    dd, pp, nn, vv = geom_elem_ccd(t, gi, pts, cen, r, mg, opt)
+                    return _contacts(dd[None], pp[None], nn[None], vv[None])
+
+                res = jax.vmap(one, in_axes=(0, 0, 0, None, 0))(geo, vx[v2], c2,
+                                                                 m.flex_radius[f], margin)
+            elif part.kind.startswith("geom2"):
                 tri = vx[v2]  # (p, 3, 3)
                 fn = {GeomType.SPHERE: _sphere_tri, GeomType.CAPSULE: _capsule_tri,
                       GeomType.BOX: _box_tri}[t]
