@@ -77,6 +77,20 @@ def _compare(ref, m, where):
         assert np.all(rows[:, k:] == -1), where
 
 
+def _same_step_and_inverse(ref, d, m, st, out, stp, inv, rtol, atol, inv_atol):
+    """One mj_step (qvel) and mj_inverse (qfrc_inverse) from MuJoCo's state d against
+    jaxsim's step of st and inverse of its forward output `out` at MuJoCo's qacc."""
+    ds = mujoco.MjData(ref)
+    mujoco.mj_copyData(ds, ref, d)
+    mujoco.mj_step(ref, ds)
+    np.testing.assert_allclose(np.asarray(stp(m, st).qvel), ds.qvel, rtol=rtol, atol=atol)
+    di = mujoco.MjData(ref)
+    mujoco.mj_copyData(di, ref, d)
+    mujoco.mj_inverse(ref, di)
+    io = inv(m, out.replace(qacc=np.array(d.qacc)))
+    np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=inv_atol)
+
+
 @pytest.mark.parametrize("rel", MODELS)
 def test_corpus_flex_compiles_like_mujoco(rel):
     path = CORPUS / rel
@@ -203,16 +217,7 @@ def test_flex_edge_equality_rows_match_mujoco(flags):
             np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-8,
                                        atol=1e-8, err_msg=f)
         assert np.abs(d.qfrc_constraint).max() > 1e-2
-        ds = mujoco.MjData(ref)
-        mujoco.mj_copyData(ds, ref, d)
-        mujoco.mj_step(ref, ds)
-        so = stp(m, st)
-        np.testing.assert_allclose(np.asarray(so.qvel), ds.qvel, rtol=1e-8, atol=1e-9)
-        di = mujoco.MjData(ref)
-        mujoco.mj_copyData(di, ref, d)
-        mujoco.mj_inverse(ref, di)
-        io = inv(m, out.replace(qacc=np.array(d.qacc)))
-        np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-8)
+        _same_step_and_inverse(ref, d, m, st, out, stp, inv, 1e-8, 1e-9, 1e-8)
 
 
 @pytest.mark.parametrize("bad,what", [
@@ -295,16 +300,7 @@ def test_plane_flex_vertex_contacts_match_mujoco(cone, gp, gc, fc):
         for f in ("qfrc_constraint", "qacc"):
             np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-7,
                                        atol=1e-7, err_msg=f)
-        ds = mujoco.MjData(ref)
-        mujoco.mj_copyData(ds, ref, d)
-        mujoco.mj_step(ref, ds)
-        so = stp(m, st)
-        np.testing.assert_allclose(np.asarray(so.qvel), ds.qvel, rtol=1e-7, atol=1e-8)
-        di = mujoco.MjData(ref)
-        mujoco.mj_copyData(di, ref, d)
-        mujoco.mj_inverse(ref, di)
-        io = inv(m, out.replace(qacc=np.array(d.qacc)))
-        np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-7)
+        _same_step_and_inverse(ref, d, m, st, out, stp, inv, 1e-7, 1e-8, 1e-7)
     assert seen == {0, 1} and gapped  # both planes touched, some vertex in the gap
 
 
@@ -423,15 +419,7 @@ def test_flex_element_geom_contacts_match_mujoco(dim, count, spacing, radius, sc
         for f in ("qfrc_constraint", "qacc"):
             np.testing.assert_allclose(np.asarray(getattr(out, f)), getattr(d, f), rtol=1e-8,
                                        atol=1e-8, err_msg=f)
-        ds = mujoco.MjData(ref)
-        mujoco.mj_copyData(ds, ref, d)
-        mujoco.mj_step(ref, ds)
-        np.testing.assert_allclose(np.asarray(stp(m, st).qvel), ds.qvel, rtol=1e-8, atol=1e-9)
-        di = mujoco.MjData(ref)
-        mujoco.mj_copyData(di, ref, d)
-        mujoco.mj_inverse(ref, di)
-        io = inv(m, out.replace(qacc=np.array(d.qacc)))
-        np.testing.assert_allclose(np.asarray(io.qfrc_inverse), di.qfrc_inverse, atol=1e-7)
+        _same_step_and_inverse(ref, d, m, st, out, stp, inv, 1e-8, 1e-9, 1e-7)
     assert {1, 2, 3} <= kinds  # sphere, capsule and box all touched the flex
 
 

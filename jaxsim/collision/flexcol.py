@@ -240,6 +240,34 @@ def _elem_support(pts, radius):
     return sup
 
 
+def _ccd_contact(pr, sup1, sup2, margin, opt):
+    """One mjc_penetration contact of the pair `pr` (built from stopped-gradient objects):
+    (dist, pos, normal, valid), the distance and point re-expressed through the
+    differentiable inflated supports sup1, sup2 at the frozen normal (envelope theorem, as
+    `convex.convex`), their values MuJoCo's."""
+    from jax import lax
+
+    from jaxsim.collision import ccd
+
+    dt = pr.center1.dtype
+    c = ccd.ccd(pr, jnp.asarray(opt.tolerance, dt), int(opt.iterations),
+                -jnp.ones(2, jnp.int32))
+    normal = ccd.normalize(c.x1 - c.x2)
+    n = lax.stop_gradient(normal)
+    q1, q2 = sup1(n), sup2(-n)
+    e = -jnp.dot(q1 - q2, n)
+    q = 0.5 * (q1 + q2)
+    dist = lax.stop_gradient(margin + c.dist) + (e - lax.stop_gradient(e))
+    pos = lax.stop_gradient(0.5 * (c.x1 + c.x2)) + (q - lax.stop_gradient(q))
+    return dist, pos, normal, c.dist < 0
+
+
+def _elem_point(pts, sp, inflate):
+    """The differentiable inflated support of an element (first farthest vertex of the
+    stopped-gradient copy sp)."""
+    return lambda d: pts[jnp.argmax(sp @ d)] + inflate * d
+
+
 def elem_elem_ccd(pts1, pts2, c1, c2, radius1, radius2, margin, opt):
     """mjc_ConvexElem for two elements (vertex arrays (k, 3)): one contact or none, with
     gradients through the supports at the frozen normal (as `convex.convex`)."""
@@ -250,23 +278,12 @@ def elem_elem_ccd(pts1, pts2, c1, c2, radius1, radius2, margin, opt):
     s1, s2 = lax.stop_gradient(pts1), lax.stop_gradient(pts2)
     dt = s1.dtype
     hm = lax.stop_gradient(0.5 * margin)
+    z = jnp.zeros((), dt)
     pr = ccd.Pair(_elem_support(s1, radius1 + hm), _elem_support(s2, radius2 + hm),
-                  lax.stop_gradient(c1), lax.stop_gradient(c2), jnp.zeros((), dt),
-                  jnp.zeros((), dt), False, False, jnp.zeros((), dt), jnp.zeros((), dt),
+                  lax.stop_gradient(c1), lax.stop_gradient(c2), z, z, False, False, z, z,
                   False, False)
-    c = ccd.ccd(pr, jnp.asarray(opt.tolerance, dt), int(opt.iterations),
-                -jnp.ones(2, jnp.int32))
-    valid = c.dist < 0
-    normal = ccd.normalize(c.x1 - c.x2)
-    n = lax.stop_gradient(normal)
-    # envelope: the distance along the frozen normal between the differentiable supports
-    q1 = pts1[jnp.argmax(s1 @ n)] + (radius1 + 0.5 * margin) * n
-    q2 = pts2[jnp.argmax(s2 @ -n)] - (radius2 + 0.5 * margin) * n
-    e = -jnp.dot(q1 - q2, n)
-    q = 0.5 * (q1 + q2)
-    dist = lax.stop_gradient(margin + c.dist) + (e - lax.stop_gradient(e))
-    pos = lax.stop_gradient(0.5 * (c.x1 + c.x2)) + (q - lax.stop_gradient(q))
-    return dist, pos, normal, valid
+    return _ccd_contact(pr, _elem_point(pts1, s1, radius1 + 0.5 * margin),
+                        _elem_point(pts2, s2, radius2 + 0.5 * margin), margin, opt)
 
 
 def geom_elem_ccd(t: int, geo, pts, center, radius, margin, opt):
@@ -282,26 +299,18 @@ def geom_elem_ccd(t: int, geo, pts, center, radius, margin, opt):
     sg = jax.tree.map(lax.stop_gradient, geo)
     sp = lax.stop_gradient(pts)
     ms = lax.stop_gradient(margin)
-    hm = 0.5 * ms
+    z = jnp.zeros((), dt)
 
     def gsup(d, warm, core):
         return ccd.support(t, sg, d, warm, core)
 
-    pr = ccd.Pair(gsup, _elem_support(sp, radius + hm), sg.pos, lax.stop_gradient(center),
-                  ms, jnp.zeros((), dt), False, False, jnp.zeros((), dt), jnp.zeros((), dt),
+    def gpoint(d):
+        return ccd.support(t, geo, d, jnp.asarray(-1, jnp.int32), False)[0] + 0.5 * margin * d
+
+    pr = ccd.Pair(gsup, _elem_support(sp, radius + 0.5 * ms), sg.pos,
+                  lax.stop_gradient(center), ms, z, False, False, z, z,
                   t in (ccd.BOX, ccd.MESH), False)
-    c = ccd.ccd(pr, jnp.asarray(opt.tolerance, dt), int(opt.iterations),
-                -jnp.ones(2, jnp.int32))
-    valid = c.dist < 0
-    normal = ccd.normalize(c.x1 - c.x2)
-    n = lax.stop_gradient(normal)
-    q1 = ccd.support(t, geo, n, jnp.asarray(-1, jnp.int32), False)[0] + 0.5 * margin * n
-    q2 = pts[jnp.argmax(sp @ -n)] - (radius + 0.5 * margin) * n
-    e = -jnp.dot(q1 - q2, n)
-    q = 0.5 * (q1 + q2)
-    dist = lax.stop_gradient(ms + c.dist) + (e - lax.stop_gradient(e))
-    pos = lax.stop_gradient(0.5 * (c.x1 + c.x2)) + (q - lax.stop_gradient(q))
-    return dist, pos, normal, valid
+    return _ccd_contact(pr, gpoint, _elem_point(pts, sp, radius + 0.5 * margin), margin, opt)
 
 
 def keep_far(dist, pos, valid, cap: int = MAXCONPAIR):
