@@ -9,8 +9,8 @@ Jacobians.
 Flex edge equality rows (mjEQ_FLEX) are built with the other equality rows in
 `jaxsim.constraint`; flex contacts in `jaxsim.collision.flexcol`. Not implemented (refused
 by `check_supported` when the forward pass would need them, naming the flex): collisions of
-triangles with ellipsoids and cylinders, of tetrahedra with spheres and capsules, of any
-element with a height field, and of two flexes with each other.
+tetrahedra with spheres and capsules, of any element with a height field, and of two
+flexes with each other.
 """
 
 from __future__ import annotations

@@ -145,8 +145,8 @@ LACKING_XML = """
 <mujoco>
   <option gravity="0 0 -9.81"/>
   <worldbody>
-    <body name="ball" pos="0 0 .9"><freejoint/><geom type="ellipsoid" size=".05 .04 .03"/></body>
-    <flexcomp name="sheet" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1" pos="0 0 1"
+    <body name="ball" pos="0 0 .8"><freejoint/><geom type="sphere" size=".05"/></body>
+    <flexcomp name="sheet" type="grid" dim="3" count="3 3 3" spacing=".1 .1 .1" pos="0 0 1"
               mass=".5">
       <contact selfcollide="none"/>
     </flexcomp>
@@ -156,11 +156,11 @@ LACKING_XML = """
 
 
 def test_flex_physics_jaxsim_lacks_raises_naming_the_flexcomp():
-    """Triangles against an ellipsoid (MuJoCo's CCD with its normal fix for 2D flexes) are
-    not implemented: the forward pass refuses the model, naming the flex and what it lacks."""
+    """Tetrahedra against a sphere (MuJoCo 4.0's analytic routine) are not implemented: the
+    forward pass refuses the model, naming the flex and what it lacks."""
     m = jaxsim.load_string(LACKING_XML)
     # raised while tracing (eval_shape compiles nothing)
-    with pytest.raises(MJCFError, match=r"<flex 'sheet'>.*collisions with geom 0 \(ellipsoid\)"):
+    with pytest.raises(MJCFError, match=r"<flex 'sheet'>.*collisions with geom 0 \(sphere\)"):
         jax.eval_shape(jaxsim.forward, m, jaxsim.make_state(m))
     # without contacts the same model simulates
     off = LACKING_XML.replace('<option gravity="0 0 -9.81"/>',
@@ -440,7 +440,9 @@ CCD_XML = """
 </mujoco>
 """
 CCD_GEOMS = {
-    2: '<geom type="mesh" mesh="m" pos="-.1 0 0" euler="5 10 0"/>',
+    2: '<geom type="mesh" mesh="m" pos="-.1 0 0" euler="5 10 0"/>'
+       '<geom type="ellipsoid" size=".05 .04 .03" pos=".12 .05 0" euler="10 20 30"/>'
+       '<geom type="cylinder" size=".04 .03" pos=".15 -.06 .01" euler="80 30 0"/>',
     3: '<geom type="box" size=".04 .05 .03" pos=".12 0 0" euler="10 20 30"/>'
        '<geom type="mesh" mesh="m" pos="-.15 0 0" euler="5 10 0"/>'
        '<geom type="ellipsoid" size=".05 .04 .03" pos="0 .12 0"/>'

@@ -18,8 +18,10 @@ geoms'). Implemented here:
   mjraw_SphereTriangle, CapsuleTriangle (both ends, then each vertex against the segment)
   and BoxTriangle (each vertex in the box, then each corner against the triangle); and
   through MuJoCo's native CCD (mjc_ConvexElem, one contact: the geom and the element, this
-  inflated by its radius, both by half the margin) for triangles against meshes and
-  tetrahedra against boxes, meshes, ellipsoids and cylinders. Elements with a vertex on
+  inflated by its radius, both by half the margin) for triangles against meshes,
+  ellipsoids and cylinders and tetrahedra against boxes, meshes, ellipsoids and cylinders
+  (a triangle's contact normal is then the ellipsoid's or cylinder's own surface normal at
+  the contact point, MuJoCo's mjc_fixNormal for 2D flexes). Elements with a vertex on
   the geom's body are skipped, and so are pairs where neither the geom nor any vertex can
   move.
 - MuJoCo 4.0 thins (filterFlexContacts: the deepest, then repeatedly the farthest from those
@@ -41,10 +43,9 @@ flex), elem (an element, local). The constraint Jacobian of an element side spre
 its vertices with the barycentric coordinates of the element point closest to the contact
 (MuJoCo 4.0; `contact_sides`), also in the diagonal approximation (body_invweight0).
 Element pairs are enumerated at compile time: `jaxsim.flex.check_supported` refuses, naming
-the flex, what is not implemented (triangles against ellipsoids and cylinders, which
-MuJoCo's CCD follows with a normal fix for 2D flexes; tetrahedra against spheres and
-capsules, 4.0's new analytic routines; any element against a height field; flex : flex
-pairs) and self-collisions over more than ELEM_PAIRS_MAX pairs.
+the flex, what is not implemented (tetrahedra against spheres and capsules, 4.0's new
+analytic routines; any element against a height field; flex : flex pairs) and
+self-collisions over more than ELEM_PAIRS_MAX pairs.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim.math import MINVAL
 from jaxsim.types import DisableBit, EnableBit, GeomType, Model, State
 
 
@@ -313,6 +315,92 @@ def geom_elem_ccd(t: int, geo, pts, center, radius, margin, opt):
     return _ccd_contact(pr, gpoint, _elem_point(pts, sp, radius + 0.5 * margin), margin, opt)
 
 
+def _ellipsoid_inside(nrm, pos, size):
+    """mjc_ellipsoidInside: the normal of an ellipsoid (local frame, semi-axes `size`) at the
+    point where the ray from `pos` (inside) along `nrm` leaves it, iterated to a fixed point
+    (at most 30 times, tolerance 1e-6); (normal, processed)."""
+    from jax import lax
+
+    from jaxsim.collision import ccd
+
+    s2inv = 1 / (size * size)
+    c = jnp.sum(pos * pos * s2inv) - 1
+    nrm = ccd.normalize(nrm)
+
+    def body(it, st):
+        n, done, ok = st
+        a = jnp.sum(n * n * s2inv)
+        b = jnp.sum(pos * n * s2inv)
+        det = b * b - a * c
+        stop = (det < MINVAL) | (a < MINVAL)
+        x = (-b + jnp.sqrt(jnp.where(stop, 1.0, det))) / jnp.where(stop, 1.0, a)
+        stop = stop | (x < 0)
+        new = ccd.normalize((pos + x * n) * s2inv)
+        c2 = jnp.sum((n - new) ** 2)
+        change = jnp.where(c2 > 0, jnp.sqrt(jnp.where(c2 > 0, c2, 1.0)), 0.0)
+        step = ~done & ~stop
+        # stopping before any update leaves the contact unprocessed (MuJoCo: iter > 0)
+        ok = jnp.where(~done & stop, it > 0, ok)
+        return (jnp.where(step, new, n), done | stop | (step & (change < 1e-6)), ok)
+
+    n, _, ok = lax.fori_loop(0, 30, body, (nrm, c > 0, c <= 0))
+    return n, ok
+
+
+def _ellipsoid_outside(pos, size):
+    """mjc_ellipsoidOutside: the normal of an ellipsoid at the point closest to `pos`
+    (outside), by Newton's method on the Lagrange multiplier (at most 30 steps)."""
+    from jax import lax
+
+    from jaxsim.collision import ccd
+
+    s2 = size * size
+    ps2 = pos * pos * s2
+
+    def body(_, st):
+        la, done = st
+        r = 1 / (s2 + la)
+        val = jnp.sum(ps2 * r * r) - 1
+        der = -2 * jnp.sum(ps2 * r * r * r)
+        stop = (val < 1e-6) | (der > -MINVAL)
+        delta = -val / jnp.where(stop, -1.0, der)
+        stop = stop | (delta < 1e-6)
+        return jnp.where(done | stop, la, la + delta), done | stop
+
+    la, _ = lax.fori_loop(0, 30, body, (jnp.zeros((), pos.dtype), jnp.asarray(False)))
+    return ccd.normalize(pos / (s2 + la))  # normalized here and again by fix_normal
+
+
+def fix_normal(t: int, geo, pos, normal):
+    """mjc_fixNormal for a contact of an ellipsoid or cylinder geom (side 1) with a 2D flex
+    element: the normal becomes the geom's own surface normal at the contact point
+    (ellipsoid: by ray projection from inside, by the closest point from outside; cylinder:
+    the radial direction, unless the point is within 5% of a flat end or the flat end is
+    less than four times farther than the round wall)."""
+    from jaxsim.collision import ccd
+
+    mat = geo.mat
+    loc = ccd.mul_t(mat, pos - geo.pos)
+    nloc = ccd.mul_t(mat, normal)
+    size = geo.size
+    if t == GeomType.ELLIPSOID:
+        ok_size = jnp.all(size >= MINVAL)
+        sz = jnp.where(ok_size, size, 1.0)
+        inside = jnp.sum(loc * loc / (sz * sz)) <= 1
+        n_in, ok_in = _ellipsoid_inside(nloc, loc, sz)
+        n_out = _ellipsoid_outside(loc, sz)
+        nrm = jnp.where(inside, n_in, n_out)
+        ok = ok_size & jnp.where(inside, ok_in, True)
+    else:
+        z = jnp.abs(loc[2])
+        r2 = loc[0] * loc[0] + loc[1] * loc[1]
+        rxy = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
+        ok = (z <= 0.95 * size[1]) & (jnp.abs(size[1] - z) >= 0.25 * jnp.abs(size[0] - rxy))
+        nrm = loc.at[2].set(0.0)
+    fixed = ccd.mul(mat, ccd.normalize(nrm))
+    return jnp.where(ok, fixed, normal)
+
+
 def keep_far(dist, pos, valid, cap: int = MAXCONPAIR):
     """MuJoCo's filterFlexContacts over one block of slots: with more than `cap` valid
     contacts, the deepest, then repeatedly the one farthest from those kept (the first of
@@ -456,11 +544,12 @@ SLOTS_PER_VERT = 4
 
 # contact slots of geom : element routines, by element dim and geom type
 # (MuJoCo's CCD, mjc_ConvexElem, for the pairs of one slot: triangles against meshes,
-# tetrahedra against boxes, meshes, ellipsoids and cylinders)
+# ellipsoids and cylinders, tetrahedra against boxes, meshes, ellipsoids and cylinders)
 _SLOTS = {1: {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.BOX: 4},
-          2: {GeomType.SPHERE: 1, GeomType.CAPSULE: 5, GeomType.BOX: 11, GeomType.MESH: 1},
+          2: {GeomType.SPHERE: 1, GeomType.CAPSULE: 5, GeomType.BOX: 11, GeomType.MESH: 1,
+              GeomType.ELLIPSOID: 1, GeomType.CYLINDER: 1},
           3: {GeomType.BOX: 1, GeomType.MESH: 1, GeomType.ELLIPSOID: 1, GeomType.CYLINDER: 1}}
-_CCD_TYPES = {2: (GeomType.MESH,), 3: (GeomType.BOX, GeomType.MESH, GeomType.ELLIPSOID,
+_CCD_TYPES = {2: (GeomType.MESH, GeomType.ELLIPSOID, GeomType.CYLINDER), 3: (GeomType.BOX, GeomType.MESH, GeomType.ELLIPSOID,
                                         GeomType.CYLINDER)}
 
 
@@ -689,8 +778,13 @@ def block_contacts(m: Model, d: State, blk: ElemBlock, vx, opt) -> ElemOut:
                     data = _ccd.mesh_data(m, _i(m.geom_dataid)[g])
                 geo = geo._replace(data=data)
 
-                def one(gi, pts, cen, r, mg, t=t):
+                fix = (int(part.kind[4]) == 2 and t in (GeomType.ELLIPSOID, GeomType.CYLINDER)
+                       and not m.opt.disableflags & DisableBit.NATIVECCD)
+
+                def one(gi, pts, cen, r, mg, t=t, fix=fix):
                     dd, pp, nn, vv = geom_elem_ccd(t, gi, pts, cen, r, mg, opt)
+                    if fix:  # MuJoCo fixes the normals of 2D flexes (mjc_fixNormal)
+                        nn = fix_normal(t, gi, pp, nn)
                     return _contacts(dd[None], pp[None], nn[None], vv[None])
 
                 res = jax.vmap(one, in_axes=(0, 0, 0, None, 0))(geo, vx[v2], c2,
