@@ -7,7 +7,7 @@ lower tolerance, on both sides, as PGS converges slowly) and runs the referee's
 variant, then the pass rate per variant and per source directory.
 
     python scripts/solver_sweep.py [--states 3] [--json out.json] [--log done.jsonl]
-        [--variants newton-pyramidal,pgs-elliptic,...] MODEL_OR_DIR ...
+        [--variants newton-pyramidal,pgs-elliptic,...] [--by-size] MODEL_OR_DIR ...
 
 With --log, each result is appended to that file as it comes, and the model-variant pairs
 already in it are not run again (a long sweep can stop and go on later).
@@ -107,6 +107,8 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--log")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--by-size", action="store_true",
+                    help="run the models in order of MuJoCo's nv (small ones first)")
     a = ap.parse_args()
     variants = a.variants.split(",")
     paths = []
@@ -116,6 +118,13 @@ def main() -> int:
         else:
             paths.append(p)
     paths = [p for p in paths if not os.path.basename(p).startswith(".")]
+    if a.by_size:
+        def nv(p):
+            try:
+                return mujoco.MjModel.from_xml_path(p).nv
+            except Exception:  # noqa: BLE001 -- MuJoCo rejects it: skipped below anyway
+                return -1
+        paths.sort(key=nv)
     stages = ("compile", "forward", "contact", "step")
     reps = []
     if a.log and os.path.exists(a.log):
