@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim.math import MINVAL
+from jaxsim.math import MINVAL, safe_sqrt
 from jaxsim.types import DisableBit, EnableBit, GeomType, Model, State
 
 
@@ -336,8 +336,7 @@ def _ellipsoid_inside(nrm, pos, size):
         x = (-b + jnp.sqrt(jnp.where(stop, 1.0, det))) / jnp.where(stop, 1.0, a)
         stop = stop | (x < 0)
         new = ccd.normalize((pos + x * n) * s2inv)
-        c2 = jnp.sum((n - new) ** 2)
-        change = jnp.where(c2 > 0, jnp.sqrt(jnp.where(c2 > 0, c2, 1.0)), 0.0)
+        change = safe_sqrt(jnp.sum((n - new) ** 2))
         step = ~done & ~stop
         # stopping before any update leaves the contact unprocessed (MuJoCo: iter > 0)
         ok = jnp.where(~done & stop, it > 0, ok)
@@ -393,8 +392,7 @@ def fix_normal(t: int, geo, pos, normal):
         ok = ok_size & jnp.where(inside, ok_in, True)
     else:
         z = jnp.abs(loc[2])
-        r2 = loc[0] * loc[0] + loc[1] * loc[1]
-        rxy = jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
+        rxy = safe_sqrt(loc[0] * loc[0] + loc[1] * loc[1])
         ok = (z <= 0.95 * size[1]) & (jnp.abs(size[1] - z) >= 0.25 * jnp.abs(size[0] - rxy))
         nrm = loc.at[2].set(0.0)
     fixed = ccd.mul(mat, ccd.normalize(nrm))
@@ -549,8 +547,8 @@ _SLOTS = {1: {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.BOX: 4},
           2: {GeomType.SPHERE: 1, GeomType.CAPSULE: 5, GeomType.BOX: 11, GeomType.MESH: 1,
               GeomType.ELLIPSOID: 1, GeomType.CYLINDER: 1},
           3: {GeomType.BOX: 1, GeomType.MESH: 1, GeomType.ELLIPSOID: 1, GeomType.CYLINDER: 1}}
-_CCD_TYPES = {2: (GeomType.MESH, GeomType.ELLIPSOID, GeomType.CYLINDER), 3: (GeomType.BOX, GeomType.MESH, GeomType.ELLIPSOID,
-                                        GeomType.CYLINDER)}
+_CCD_TYPES = {2: (GeomType.MESH, GeomType.ELLIPSOID, GeomType.CYLINDER),
+              3: (GeomType.BOX, GeomType.MESH, GeomType.ELLIPSOID, GeomType.CYLINDER)}
 
 
 def _active_elems(m: Model, f: int) -> np.ndarray:
