@@ -368,12 +368,20 @@ def _row_jac(m: Model, d: State, point, b1, b2, u, w, w1=None, w2=None):
     rot, lin = d.cdof[:, :3], d.cdof[:, 3:]
     lu = _dot3(u, lin)
 
+    def lever(b):  # (k, 3): offset x u + w, component by component
+        o = point - d.subtree_com[root[b]]
+        return jnp.stack([o[:, 1] * u[:, 2] - o[:, 2] * u[:, 1] + w[:, 0],
+                          o[:, 2] * u[:, 0] - o[:, 0] * u[:, 2] + w[:, 1],
+                          o[:, 0] * u[:, 1] - o[:, 1] * u[:, 0] + w[:, 2]], axis=1)
+
     def side(b):
-        p = jnp.cross(point - d.subtree_com[root[b]], u) + w
-        return mask[b] * (_dot3(p, rot) + lu)
+        return mask[b] * (_dot3(lever(b), rot) + lu)
 
     if w1 is None:
-        return side(b2) - side(b1)
+        # both sides in one elementwise expression over (k, nv)
+        p1, p2 = lever(b1), lever(b2)
+        m1, m2 = mask[b1], mask[b2]
+        return m2 * (_dot3(p2, rot) + lu) - m1 * (_dot3(p1, rot) + lu)
     out = 0.0
     for s in range(b1.shape[1]):
         out = out + w2[:, s, None] * side(b2[:, s]) - w1[:, s, None] * side(b1[:, s])

@@ -70,6 +70,27 @@ def normalize_quat(q: jax.Array) -> jax.Array:
 # ------------------------------------------------------------------------- quaternions
 
 
+def mm(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a @ b for small matrices (..., n, k) @ (..., k, p), as k broadcast multiply-adds.
+
+    A batched product of few-by-few matrices runs far slower as a dot_general on the CPU
+    (a small library call per world under vmap, and XLA turns a multiply-and-reduce back
+    into one) than as an unrolled sum of products that XLA fuses with its neighbours.
+    """
+    out = a[..., :, 0, None] * b[..., None, 0, :]
+    for j in range(1, a.shape[-1]):
+        out = out + a[..., :, j, None] * b[..., None, j, :]
+    return out
+
+
+def mv(a: jax.Array, v: jax.Array) -> jax.Array:
+    """a @ v for small matrices (..., n, k) and vectors (..., k), as k multiply-adds."""
+    out = a[..., 0] * v[..., None, 0]
+    for j in range(1, a.shape[-1]):
+        out = out + a[..., j] * v[..., None, j]
+    return out
+
+
 def quat_mul(a: jax.Array, b: jax.Array) -> jax.Array:
     """Quaternion product a * b (mju_mulQuat)."""
     aw, ax, ay, az = jnp.moveaxis(a, -1, 0)

@@ -89,8 +89,9 @@ def apply_ft(m: Model, d: State, force: jax.Array, torque: jax.Array, point: jax
     ref = d.subtree_com[_np(m.body_rootid)[body]]
     wrench = jnp.concatenate([torque + jnp.cross(point - ref, force), force], axis=-1)
     acc = jnp.zeros((m.nbody, 6), dt).at[body].add(wrench)
-    mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid), dt)
-    return jnp.sum(mask * (acc @ d.cdof.T), axis=0)
+    mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid))
+    # a select, not a product with the mask: XLA would make a (slow, tiny) dot of that
+    return jnp.sum(jnp.where(mask, math.mm(acc, d.cdof.T), 0.0), axis=0)
 
 
 def object_velocity(d: State, body: np.ndarray, pos: jax.Array, mat: jax.Array,

@@ -77,20 +77,19 @@ def _local_to_global(d: State, body: np.ndarray, pos: jax.Array, quat: jax.Array
     R = d.xmat[body]
     sf = np.zeros(len(body), np.int64) if sameframe is None else np.asarray(sameframe, np.int64)
     if not sf.any():
-        xpos = d.xpos[body] + jnp.einsum("kij,kj->ki", R, pos)
+        xpos = d.xpos[body] + math.mv(R, pos)
         return xpos, math.quat_to_mat(math.quat_mul(d.xquat[body], quat))
     sg = jax.lax.stop_gradient
     inertia_pos = jnp.asarray(sf == _SF_INERTIA)[:, None]
     copy_pos = np.isin(sf, (_SF_BODY, _SF_INERTIA))
     local = jnp.where(jnp.asarray(copy_pos)[:, None], pos - sg(pos), pos)
-    xpos = jnp.where(inertia_pos, d.xipos[body], d.xpos[body]) + jnp.einsum("kij,kj->ki", R,
-                                                                             local)
+    xpos = jnp.where(inertia_pos, d.xipos[body], d.xpos[body]) + math.mv(R, local)
     full = math.quat_to_mat(math.quat_mul(d.xquat[body], quat))
     # copied orientations: body (or inertial) frame times R(identity + q - q), exactly it
     ident = jnp.zeros_like(quat).at[:, 0].set(1.0)
     base = jnp.where(jnp.asarray(np.isin(sf, (_SF_INERTIA, _SF_INERTIAROT)))[:, None, None],
                      d.ximat[body], R)
-    copied = base @ math.quat_to_mat(ident + (quat - sg(quat)))
+    copied = math.mm(base, math.quat_to_mat(ident + (quat - sg(quat))))
     xmat = jnp.where(jnp.asarray(sf != 0)[:, None, None], copied, full)
     return xpos, xmat
 
@@ -707,7 +706,7 @@ def crb(m: Model, d: State) -> State:
         return d.replace(crb=crb_, qM=jnp.zeros((0, 0), _dtype(m)))
     buf = math.mul_inert_vec(crb_[_np(m.dof_bodyid)], d.cdof)
     anc = jnp.asarray(scan.dof_ancestors(m.dof_parentid))
-    f = buf @ d.cdof.T  # [i, j] = cdof_j . (crb_i cdof_i)
+    f = math.mm(buf, d.cdof.T)  # [i, j] = cdof_j . (crb_i cdof_i)
     low = jnp.where(anc, f, 0.0)
     qM = low + jnp.tril(low, -1).T + jnp.diag(dof_armature(m))
     return d.replace(crb=crb_, qM=qM)
@@ -807,7 +806,13 @@ def factor_m(m: Model, d: State) -> State:
             dk, low = pivots(K, Ak[jnp.arange(K.shape[0]), jnp.minimum(K, nv - 1)])
             a = jnp.where(jnp.asarray(anc)[K], Ak, 0.0)  # M[k, ancestors of k]
             lk = a / dk[:, None]
-            A = A - jnp.sum(lk[:, :, None] * a[:, None, :], 0)  # lk' a, as multiply-adds
+            if lk.shape[0] <= 16:
+                # lk' a as explicit multiply-adds (a sum over a narrow level becomes a
+                # tiny batched dot, one slow library call per world under vmap)
+                for r in range(lk.shape[0]):
+                    A = A - lk[r, :, None] * a[r, None, :]
+            else:
+                A = A - jnp.sum(lk[:, :, None] * a[:, None, :], 0)
             L = L.at[K].set(lk, mode="drop")
         else:
             P = jnp.asarray(ancl)[i]  # (width, depth) ancestors of each dof of the level
