@@ -58,6 +58,7 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
     quaternion, MuJoCo's stopping rules and ordering swaps)."""
     dt = cov.dtype
     eps = jnp.asarray(EIG_EPS, dt)
+    low = jnp.finfo(dt).bits < 64  # float64 keeps MuJoCo's rules exactly
 
     def diag(q):
         r = _quat2mat(q)
@@ -74,6 +75,12 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         rotk = jnp.where(first, 2, jnp.where(second, 1, 0))
         off = dmat[rk, ck]
         stop = jnp.abs(off) < eps
+        if low:
+            # below float64, MuJoCo's absolute thresholds are out of reach (1 - 1e-12
+            # rounds to 1): stop once the off-diagonal entry is rounding noise of the
+            # diagonal ones, or the loop would run to EIG_ITER in every world
+            noise = 8 * jnp.finfo(dt).eps * (jnp.abs(dmat[rk, rk]) + jnp.abs(dmat[ck, ck]))
+            stop = stop | (jnp.abs(off) <= noise)
         offs = jnp.where(stop, 1.0, off)
         tau = (dmat[ck, ck] - dmat[rk, rk]) / (2 * offs)
         root = jnp.sqrt(1 + tau * tau)
