@@ -67,9 +67,6 @@ def normalize_quat(q: jax.Array) -> jax.Array:
     return jnp.where(small, unit, jnp.where(keep, same, scaled))
 
 
-# ------------------------------------------------------------------------- quaternions
-
-
 def mm(a: jax.Array, b: jax.Array) -> jax.Array:
     """a @ b for small matrices (..., n, k) @ (..., k, p), as k broadcast multiply-adds.
 
@@ -89,6 +86,9 @@ def mv(a: jax.Array, v: jax.Array) -> jax.Array:
     for j in range(1, a.shape[-1]):
         out = out + a[..., j] * v[..., None, j]
     return out
+
+
+# ------------------------------------------------------------------------- quaternions
 
 
 def quat_mul(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -850,14 +850,6 @@ def _kept(x: jax.Array) -> jax.Array:
     return x if hostnp.on_host() else lax.optimization_barrier(x)
 
 
-def _madd(a: jax.Array, b: jax.Array) -> jax.Array:
-    """a (k, n) @ b (n, p) as n multiply-adds."""
-    out = a[:, :1] * b[0][None]
-    for j in range(1, a.shape[1]):
-        out = out + a[:, j:j + 1] * b[j][None]
-    return out
-
-
 def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     """Solves M y = x with the factorisation in d.qLD (L' D L). MuJoCo: mj_solveM.
 
@@ -871,7 +863,7 @@ def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
         # once, in the tree's sparsity, and the products as multiply-adds (small batched
         # matrix products and triangular loops run far slower on the CPU)
         Li = _kept(_inv_unit_lower(m, d.qLD))
-        return _madd(_kept(_madd(x, Li) * d.qLDiagInv), Li.T)
+        return math.mm(_kept(math.mm(x, Li) * d.qLDiagInv), Li.T)
     X = jnp.atleast_2d(x).T
     tri = linalg.solve_triangular
     Y = tri(d.qLD, X, trans=True, lower=True, unit_diagonal=True)
