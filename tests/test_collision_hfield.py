@@ -237,8 +237,9 @@ class Poses:
         return out, refs
 
 
-# MuJoCo's EPA is exact on polytopes and on the sphere and capsule cores, but for ellipsoids
-# and cylinders it can stop some 1e-5 short of the depth, more when deep
+# MuJoCo's GJK is exact on the sphere and capsule cores outside a prism, but its EPA (a core
+# inside the prism, an ellipsoid, a cylinder) can stop some 1e-5 short of the depth, more
+# when deep
 EXACT_SHARE = {2: 1.0, 3: 1.0, 4: 0.9, 5: 0.9, 6: 1.0, 7: 1.0}
 NORMAL_TOL = {2: 1e-5, 3: 1e-4, 4: 2e-2, 5: 2e-2, 6: 1e-4, 7: 1e-4}
 
@@ -265,7 +266,7 @@ def _compare(t, out, refs, items, discrete=None, pos_tol=2e-3):
             assert abs(np.linalg.norm(nrm) - 1) < 1e-9, where
             # zero margin: MuJoCo's discrete mode (box, mesh), its EPA (emulated for the
             # ellipsoid and cylinder too)
-            if imodel == 0 and (t in (6, 7) or (t in (4, 5) and discrete == "emulate")):
+            if imodel == 0 and (t in (6, 7) or (t in (2, 3, 4, 5) and discrete == "emulate")):
                 n_discrete += 1
                 if discrete == "exact":
                     assert dist <= r["dist"] + 1e-6, where
@@ -297,7 +298,7 @@ def _compare(t, out, refs, items, discrete=None, pos_tol=2e-3):
                     f"{where}: pos {pos} vs {r['pos']}")
     assert n_exact >= EXACT_SHARE[t] * n_close, (n_exact, n_close)
     if n_discrete and discrete == "emulate":
-        share = 0.9 if t in (4, 5) else 0.8
+        share = {2: 1.0, 3: 1.0, 4: 0.9, 5: 0.9}.get(t, 0.8)
         assert n_discrete_match >= share * n_discrete, (n_discrete_match, n_discrete)
     return n_close + n_discrete
 
@@ -311,11 +312,12 @@ def test_smooth_geoms(t, monkeypatch):
     assert _compare(t, out, refs, poses.items) > 150
 
 
-@pytest.mark.parametrize("t", [4, 5], ids=["ellipsoid", "cylinder"])
+@pytest.mark.parametrize("t", [2, 3, 4, 5], ids=["sphere", "capsule", "ellipsoid", "cylinder"])
 def test_smooth_geoms_ccd(t, monkeypatch):
-    """MATCH_DISCRETE: zero-margin ellipsoid and cylinder contacts as MuJoCo's EPA, which
-    stops within its tolerance (normals up to 1e-3 from the exact ones: see
-    test_smooth_geoms)."""
+    """MATCH_DISCRETE: zero-margin contacts as MuJoCo's CCD: GJK on the sphere's centre
+    or the capsule's segment, EPA when that core is inside the prism and for the ellipsoid
+    and cylinder, which stops within its tolerance (normals up to 1e-3 from the exact ones:
+    see test_smooth_geoms)."""
     poses = Poses(t, seed=20 + t)
     poses.standard(n_random=10)
     out, refs = poses.run(monkeypatch, match_discrete=True)

@@ -30,10 +30,12 @@ wins wrongly. Where the minimiser is a smooth stationary point, an error in the 
 changes F only to second order, so the root finding needs no extreme accuracy.
 
 Where MuJoCo differs from the exact answer: its EPA stops within its tolerance, which for
-ellipsoids and cylinders, and deep penetrations, can leave the depth short by 1e-5 or more
-(and normals off by 1e-3); and for boxes and meshes at zero margin it runs in a "discrete"
-mode that stops early on prisms. At zero margin both are reproduced by running MuJoCo's
-CCD itself on the prisms found (see MATCH_DISCRETE); with a margin the answer is exact.
+ellipsoids and cylinders, for a sphere's centre or a capsule's segment inside the prism,
+and for deep penetrations, can leave the depth short by 1e-5 or more (the normal and the
+position off by 1e-5 to 1e-3); and for boxes and meshes at zero margin it runs in a
+"discrete" mode that stops early on prisms. At zero margin all are reproduced by running
+MuJoCo's CCD itself on the prisms found (see MATCH_DISCRETE); with a margin the answer is
+exact.
 
 Shapes are static: the grid of each height field is padded to the largest one. Each pair
 scans its covered cells in a `while_loop`, B cells per step (B from the largest bounding
@@ -73,8 +75,10 @@ def _tiny(dt, power=1.0):
 # prism's support reports no vertex id, so EPA often stops early and underestimates the
 # depth (and tilts the normal). An ellipsoid's or a cylinder's EPA stops within its
 # tolerance, its normal off by up to ~1e-3 from the exact one, which moves the contact
-# forces as much. True reproduces both with convex.penetration (MuJoCo's CCD step by step;
-# costs compile time); False gives the exact distance in those cases too.
+# forces as much; so does the EPA of a sphere whose centre (a capsule whose segment) is
+# inside the prism (the barkour foot spheres in the MJX test models: contact positions
+# 8e-5 from the exact ones). True reproduces all of these with convex.penetration
+# (MuJoCo's CCD step by step; costs compile time); False gives the exact distances.
 MATCH_DISCRETE = True
 CHUNK = 16  # most cells examined per step of a pair's scan
 CCD_ITERATIONS = 35  # MuJoCo's default ccd_iterations and ccd_tolerance
@@ -664,8 +668,9 @@ def _evaluate(t: int, v, g: _G, data, n):
 
 
 def _discrete(t: int, v, g: _G, data):
-    """MuJoCo's native CCD of the prism v and a box, mesh, ellipsoid or cylinder at zero
-    margin (stopped inputs): (dist, unit normal, position), dist >= 0 without contact."""
+    """MuJoCo's native CCD of the prism v and the geom at zero margin (stopped inputs): a
+    sphere or capsule shrunk to its core first, as mjc_ccd does. Returns (dist, unit
+    normal, position), dist >= 0 without contact."""
     from jaxsim.collision import ccd, convex
 
     def sup_prism(d):
@@ -674,8 +679,13 @@ def _discrete(t: int, v, g: _G, data):
         j = jnp.argmax(jnp.where(low, vals[:3], vals[3:]))
         return v[jnp.where(low, 0, 3) + j], -1
 
+    shrink = t in (SPHERE, CAPSULE)
+
+    def core(d):
+        return ccd.support(t, Geom(g.pos, g.mat, g.size), d, jnp.int32(-1), True)[0]
+
     def sup_geom(d):
-        if t in (ELLIPSOID, CYLINDER):
+        if t in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER):
             p, _, _ = ccd.support(t, Geom(g.pos, g.mat, g.size), d, jnp.int32(-1), False)
             return p, -1
         lm = g.mat.T @ d
@@ -690,7 +700,8 @@ def _discrete(t: int, v, g: _G, data):
     center = jnp.sum(v, 0) * (1.0 / 6.0)
     dist, x1, x2, found = convex.penetration(
         sup_prism, sup_geom, center, g.pos, 0.0, 0.0, iterations=CCD_ITERATIONS,
-        tolerance=CCD_TOLERANCE, discrete1=True, discrete2=t in (BOX, MESH))
+        tolerance=CCD_TOLERANCE, discrete1=True, discrete2=t in (BOX, MESH),
+        radius2=g.size[0] if shrink else None, core2=core if shrink else None)
     dist = jnp.where(found & jnp.isfinite(dist), dist, 1.0)
     return dist, _unit(x1 - x2), 0.5 * (x1 + x2)
 
@@ -754,7 +765,7 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
     rmax = jnp.minimum(nrow - 1, jnp.ceil(index(hi[1] + ms + s1, s1, nrow)).astype(jnp.int32))
     ncols = jnp.maximum(cmax - cmin, 0)
     ncells = jnp.where(keep, jnp.maximum(rmax - rmin, 0) * ncols, 0)
-    discrete = t in (BOX, MESH, ELLIPSOID, CYLINDER) and MATCH_DISCRETE
+    discrete = MATCH_DISCRETE
     zero = ms == 0
 
     def chunk(j):
