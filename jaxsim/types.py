@@ -320,6 +320,7 @@ class Model(Struct):
     mesh_polyvertadr: np.ndarray = static("(npoly,)", "first vertex id of each polygon")
     mesh_polyvertnum: np.ndarray = static("(npoly,)", "number of vertices of each polygon")
     mesh_polyvert: np.ndarray = static("(npolyvert,)", "polygon vertex ids, counter-clockwise about the outward normal")
+    mesh_polynormal: Array = leaf("(npoly, 3)", "outward unit normal of each polygon")
     mesh_vert: Array = leaf("(nmeshvert, 3)", "vertex positions in the mesh frame")
     mesh_scale: Array = leaf("(nmesh, 3)", "scaling applied to the asset vertices")
     mesh_pos: Array = leaf("(nmesh, 3)", "translation applied to the asset vertices")

@@ -302,7 +302,7 @@ def test_mesh_data_matches_mujoco(mesh_rows):
         for p, nv, nrm in zip(row.poly_vert, row.poly_nvert, row.poly_normal, strict=True):
             if nv > 0:
                 np.testing.assert_allclose(nrm, ref_n[tuple(int(v) for v in p[:nv])],
-                                           atol=1e-6)
+                                           rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("kind", ["ellipsoid", "tet", "cube", "ico"])

@@ -194,20 +194,18 @@ def mesh_data(model, mesh_ids) -> MeshData:
     # bounding radius: the corner of the vertices' axis-aligned box farthest from the origin
     h = jnp.maximum(jnp.abs(vert.min(1)), jnp.abs(vert.max(1)))
     rbound = jnp.sqrt(jnp.sum(h * h, -1))
-    # polygon normals: the area-weighted normal of the polygon (Newell's sum over its edges),
-    # as MuJoCo's compiler sums the normals of the merged faces
-    pidx = np.maximum(st["poly_vert"], 0)  # (M, P, Pv)
-    pts = jnp.take_along_axis(vert[:, None, :, :], pidx[..., None], axis=2)  # (M, P, Pv, 3)
-    pvn = st["poly_nvert"][..., None]
-    nxt = np.where(np.arange(pidx.shape[-1]) + 1 < pvn, np.arange(pidx.shape[-1]) + 1, 0)
-    real = (np.arange(pidx.shape[-1]) < pvn)[..., None]
-    pts_next = jnp.take_along_axis(pts, np.broadcast_to(nxt[..., None], pts.shape[:-1] + (1,)),
-                                   axis=2)
-    nrm = jnp.sum(jnp.where(real, jnp.cross(pts, pts_next), 0.0), axis=2)
-    n2 = jnp.sum(nrm * nrm, -1, keepdims=True)
-    ok = n2 >= 1e-28
+    # polygon normals: the compiler's (mesh_polynormal, from the double-precision vertices
+    # as MuJoCo computes them; the float32 mesh_vert are not exactly coplanar)
+    pidx = np.full(st["poly_nvert"].shape, -1, np.int64)
+    for k, m in enumerate(meshes):
+        pidx[k, :len(m["polys"])] = int(model.mesh_polyadr[mesh_ids[k]]) + np.arange(
+            len(m["polys"]))
+    alln = jnp.asarray(model.mesh_polynormal).reshape(-1, 3)
+    if alln.shape[0] == 0:
+        alln = jnp.zeros((1, 3), vert.dtype)
     xaxis = jnp.zeros(3, vert.dtype).at[0].set(1.0)
-    pnrm = jnp.where(ok, nrm / jnp.sqrt(jnp.where(ok, n2, 1.0)), xaxis)
+    pnrm = jnp.where((pidx >= 0)[..., None], alln[np.maximum(pidx, 0)].astype(vert.dtype),
+                     xaxis)
     i32 = {k: jnp.asarray(v) for k, v in st.items() if k != "vidx"}
     return MeshData(vert=vert, rbound=rbound, poly_normal=pnrm, **i32)
 

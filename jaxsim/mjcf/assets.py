@@ -205,6 +205,7 @@ def finish_meshes(ctx: Ctx) -> None:
     verts, faces, graphs = [], [], []
     vadr, vnum, fadr, fnum, gadr = [], [], [], [], []
     polyadr, polynum, polyvertadr, polyvertnum, polyvert = [], [], [], [], []
+    polynormal = []
     pos, quat, scale = [], [], []
     nv = nf = ng = 0
     for i, m in enumerate(ctx.meshes):
@@ -229,6 +230,8 @@ def finish_meshes(ctx: Ctx) -> None:
         for q in polys:
             polyvertadr.append(len(polyvert)), polyvertnum.append(len(q))
             polyvert.extend(q)
+        if polys:
+            polynormal.append(np.asarray(p.polynormal, np.float64).reshape(len(polys), 3))
         pos.append(p.pos), quat.append(p.quat), scale.append(m.args["scale"])
         nv += len(p.vert)
         nf += len(p.face)
@@ -246,6 +249,7 @@ def finish_meshes(ctx: Ctx) -> None:
         mesh_polyvertadr=np.array(polyvertadr, dtype=np.int64),
         mesh_polyvertnum=np.array(polyvertnum, dtype=np.int64),
         mesh_polyvert=np.array(polyvert, dtype=np.int64),
+        mesh_polynormal=(np.concatenate(polynormal) if polynormal else np.zeros((0, 3))),
         mesh_pos=np.array(pos).reshape(nmesh, 3), mesh_quat=np.array(quat).reshape(nmesh, 4),
         mesh_scale=np.array(scale).reshape(nmesh, 3),
     )

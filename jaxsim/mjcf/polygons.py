@@ -12,7 +12,11 @@ _MINVAL = 1e-15  # mjMINVAL
 
 
 def make_polygons(vert: np.ndarray, faces: np.ndarray):
-    """MuJoCo's mjCMesh::MakePolygons on the convex-hull faces (vertex ids)."""
+    """MuJoCo's mjCMesh::MakePolygons on the convex-hull faces (vertex ids).
+
+    Returns (polygons, areas): the vertex cycles, and for each polygon its area vector,
+    the cross products of a fan of triangles from its first vertex summed (twice its
+    area-weighted normal, not normalised; from the double-precision `vert`)."""
     groups: dict[tuple, list] = {}
     order = []
     tol = 0.01
@@ -34,12 +38,15 @@ def make_polygons(vert: np.ndarray, faces: np.ndarray):
             order.append(key)
         else:
             _insert_face(groups[key], *f)
-    polys = []
+    polys, normals = [], []
     for key in order:
         for path in _polygon_paths(groups[key]):
             if len(path) >= 3:
                 polys.append(path)
-    return polys
+                p = vert[np.asarray(path)].astype(np.float64)
+                p = p - p[0]
+                normals.append(np.sum(np.cross(p[1:-1], p[2:]), axis=0))
+    return polys, normals
 
 
 def _insert_face(g, v1, v2, v3):
