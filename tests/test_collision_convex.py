@@ -524,7 +524,10 @@ def test_mesh_spheres_aligned_face_choice():
         refs.append([(c.dist, c.pos.copy()) for c in d.contact[:d.ncon]])
     ours = _ours_at_poses(xml, qs)
     assert sum(len(r) > 1 for r in refs) >= 10
-    same = sum(_same_contacts(o, ref, 1e-7) for o, ref in zip(ours, refs, strict=True))
+    # distances and positions to rounding: each clipped point's distance is measured back to
+    # the point itself along the second face's normal (the float32 vertices of a face are
+    # not exactly coplanar, so a plane through one of them is off by ~1e-9)
+    same = sum(_same_contacts(o, ref, 1e-12) for o, ref in zip(ours, refs, strict=True))
     assert same >= len(refs) - 2, (same, len(refs))
 
 

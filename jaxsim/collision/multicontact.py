@@ -463,11 +463,12 @@ def multicontact(t1, g1, t2, g2, frec, x1, x2, margin) -> _Multi:
     nrm = jnp.where(aligned, n1[fi], jnp.where(edgecon2, n1[f2], n2[f1]))
     caps = is_type(t1, CYLINDER) & is_type(t2, CYLINDER)
     count, v, dist = _polygon_clip(C, nc, S, ns, nrm, margin, caps)
-    # face against face: the points taken down onto geom 1's face, distances to geom 2's
-    # face (MuJoCo 4.0)
+    # face against face: the points taken down onto geom 1's face, distances along geom 2's
+    # face normal back to the clipped points themselves (MuJoCo 4.0; not to the plane
+    # through a vertex: the float32 vertices are not exactly coplanar)
     n2f = n2[fj]
     w = v - nrm * dist[:, None]
-    dist = jnp.where(aligned, dot(w - face2[0], n2f), dist)
+    dist = jnp.where(aligned, dot(w - v, n2f), dist)
     v = jnp.where(aligned, w, v)
     nrm = jnp.where(aligned, n2f, nrm)
     # contact points halfway to the clipping face, normal from geom 1 to geom 2
