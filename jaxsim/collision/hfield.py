@@ -681,14 +681,14 @@ def _discrete(t: int, v, g: _G, data):
         return v[jnp.where(low, 0, 3) + j], -1
 
     shrink = t in (SPHERE, CAPSULE)
+    geom = Geom(g.pos, g.mat, g.size)
 
     def core(d):
-        return ccd.support(t, Geom(g.pos, g.mat, g.size), d, jnp.int32(-1), True)[0]
+        return ccd.support(t, geom, d, jnp.int32(-1), True)[0]
 
     def sup_geom(d):
         if t in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER):
-            p, _, _ = ccd.support(t, Geom(g.pos, g.mat, g.size), d, jnp.int32(-1), False)
-            return p, -1
+            return ccd.support(t, geom, d, jnp.int32(-1), False)[0], -1
         lm = g.mat.T @ d
         if t == BOX:
             up = lm >= 0

@@ -568,12 +568,10 @@ def _polygon_normals(areas, mat) -> np.ndarray:
     Measured on MuJoCo 4.0: normals of the float32 vertices are off by up to 1e-6 (they are
     not exactly coplanar), and a polygon of nearly coplanar faces gets its area-weighted
     normal (within 3e-8 on the corpus meshes, 1e-13 on most)."""
-    out = np.zeros((len(areas), 3))
-    for i, a in enumerate(areas):
-        n = np.array([mat[0] @ a, mat[1] @ a, mat[2] @ a])
-        nrm = np.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
-        out[i] = n / nrm if nrm >= _MINVAL else (1.0, 0.0, 0.0)
-    return out
+    n = np.asarray(areas, np.float64).reshape(-1, 3) @ np.asarray(mat).T
+    nrm = np.linalg.norm(n, axis=1, keepdims=True)
+    ok = nrm >= _MINVAL
+    return np.where(ok, n / np.where(ok, nrm, 1.0), np.array([1.0, 0.0, 0.0]))
 
 
 def _hull_faces(graph) -> np.ndarray:

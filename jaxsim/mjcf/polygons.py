@@ -38,15 +38,15 @@ def make_polygons(vert: np.ndarray, faces: np.ndarray):
             order.append(key)
         else:
             _insert_face(groups[key], *f)
-    polys, normals = [], []
+    polys, areas = [], []
     for key in order:
         for path in _polygon_paths(groups[key]):
             if len(path) >= 3:
                 polys.append(path)
                 p = vert[np.asarray(path)].astype(np.float64)
                 p = p - p[0]
-                normals.append(np.sum(np.cross(p[1:-1], p[2:]), axis=0))
-    return polys, normals
+                areas.append(np.sum(np.cross(p[1:-1], p[2:]), axis=0))
+    return polys, areas
 
 
 def _insert_face(g, v1, v2, v3):
