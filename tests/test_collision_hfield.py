@@ -427,3 +427,31 @@ def test_hfield_data():
     traced = jax.jit(lambda mdl: hfield.hfield_data(mdl, ids))(model)
     assert traced.cells.shape == (3, hfield.CHUNK)
     np.testing.assert_array_equal(np.asarray(traced.elev), np.asarray(hd.elev))
+
+
+def test_many_prisms_in_order():
+    """A large sphere with a margin pressed into a fine random field: its bounding box
+    covers several chunks of cells, each with more prisms that can touch than one step of
+    the scan searches (hfield.PRISMS). The contacts (10, 33, then the cap of 50) come in
+    MuJoCo's order, with its distances and positions."""
+    rng = np.random.default_rng(0)
+    elev = " ".join(f"{e:.3f}" for e in rng.uniform(0, 1, 900))
+    xml = f"""<mujoco><asset><hfield name="h" nrow="30" ncol="30" size="2 2 .1 .1"
+      elevation="{elev}"/></asset><worldbody><geom type="hfield" hfield="h" margin="0.01"/>
+      <body><freejoint/><geom type="sphere" size=".35"/></body></worldbody></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    st = jaxsim.make_state(model)
+    fwd = jax.jit(jaxsim.forward)
+    counts = []
+    for z in (0.4, 0.3, 0.2):
+        d.qpos[:3] = (0.1, 0.2, z)
+        mujoco.mj_forward(m, d)
+        c = fwd(model, st.replace(qpos=jnp.asarray(d.qpos))).contact
+        act = np.asarray(c.active)
+        assert act.sum() == d.ncon
+        counts.append(d.ncon)
+        np.testing.assert_allclose(np.asarray(c.dist)[act], d.contact.dist[:d.ncon], atol=1e-12)
+        np.testing.assert_allclose(np.asarray(c.pos)[act], d.contact.pos[:d.ncon], atol=1e-12)
+    assert counts[0] > 2 * hfield.PRISMS and counts[-1] == hfield.MAXCONPAIR, counts

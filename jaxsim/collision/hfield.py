@@ -34,13 +34,17 @@ ellipsoids and cylinders, for a sphere's centre or a capsule's segment inside th
 and for deep penetrations, can leave the depth short by 1e-5 or more (the normal and the
 position off by 1e-5 to 1e-3); and for boxes and meshes at zero margin it runs in a
 "discrete" mode that stops early on prisms. At zero margin all are reproduced by running
-MuJoCo's CCD itself on the prisms found (see MATCH_DISCRETE; spheres and capsules in
-float64 only, their CCD being costly); with a margin the answer is exact.
+MuJoCo's CCD itself on the prisms found (see MATCH_DISCRETE; for spheres, capsules,
+ellipsoids and cylinders in float64 only, the CCD being costly under vmap); with a margin
+the answer is exact.
 
 Shapes are static: the grid of each height field is padded to the largest one. Each pair
-scans its covered cells in a `while_loop`, B cells per step (B from the largest bounding
+scans its covered cells in a `while_loop` (B cells per chunk, B from the largest bounding
 radius and margin of the geoms that can touch the field, at most CHUNK), until all are
-seen or 50 contacts are found; the scan runs on stopped values and keeps, per contact, its
+seen or 50 contacts are found. Of a chunk's 2B prisms, those the geom lies beyond (by the
+margin) along a prism face normal or one of the geom's axes cannot touch it (the distance
+is at least the separation along any direction) and are skipped; the others are searched
+PRISMS at a time, in order. The scan runs on stopped values and keeps, per contact, its
 prism and normal. The contacts are then evaluated again with gradients at those frozen
 normals (envelope theorem), so `grad` never goes through the loop.
 """
@@ -82,6 +86,7 @@ def _tiny(dt, power=1.0):
 # float64 only); False gives the exact distances.
 MATCH_DISCRETE = True
 CHUNK = 16  # most cells examined per step of a pair's scan
+PRISMS = 4  # most prisms searched per step of the scan (those that can touch)
 CCD_ITERATIONS = 35  # MuJoCo's default ccd_iterations and ccd_tolerance
 CCD_TOLERANCE = 1e-6
 
@@ -327,13 +332,15 @@ def _point_dirs(v, pts):
     return jnp.concatenate([vv.reshape(-1, 3), ve.reshape(-1, 3)], 0)
 
 
-def _segment_dirs(v, s0, s1, lines: bool = True):
+def _segment_dirs(v, s0, s1, lines: bool = True, axes=None):
     """Stationary directions between the prism and segments [s0, s1] (k, 3) each, beyond
     those of their endpoints: edge x segment normals, and from prism vertices to the
-    segments' lines."""
+    segments' lines. `axes`: the segments' distinct directions when fewer (a box's three);
+    the prism's three vertical edges share one direction, so it is crossed once."""
     p0, e = _edges(v)
     a = _unit(s1 - s0)  # (k, 3)
-    cr = jnp.cross(e[None, :, :], a[:, None, :]).reshape(-1, 3)
+    u = a if axes is None else axes
+    cr = jnp.cross(e[None, :7, :], u[:, None, :]).reshape(-1, 3)
     out = [_both(cr)]
     if lines:
         out.append(_perp(s0[:, None, :] - v[None], a[:, None, :]).reshape(-1, 3))
@@ -580,7 +587,7 @@ def _candidates(t: int, v, g: _G, data):
         corners, starts, dirs = _box_geometry(g)
         axes = _both(g.mat.T)
         return jnp.concatenate([faces, axes, _point_dirs(v, corners),
-                                _segment_dirs(v, starts, starts + dirs)], 0)
+                                _segment_dirs(v, starts, starts + dirs, axes=g.mat.T)], 0)
     vert, normals, q0, q1 = _mesh_geometry(g, data)
     return jnp.concatenate([faces, _both(normals), _point_dirs(v, vert),
                             _segment_dirs(v, q0, q1)], 0)
@@ -766,51 +773,74 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
     rmax = jnp.minimum(nrow - 1, jnp.ceil(index(hi[1] + ms + s1, s1, nrow)).astype(jnp.int32))
     ncols = jnp.maximum(cmax - cmin, 0)
     ncells = jnp.where(keep, jnp.maximum(rmax - rmin, 0) * ncols, 0)
-    # a sphere's or capsule's CCD costs 100x its exact contact under vmap (every prism of
-    # the scan runs GJK and EPA): only in float64, where MuJoCo's numbers are the target;
-    # below it the exact contact stands (positions within ~1e-4 of MuJoCo's EPA when the
-    # core is inside a prism, equal otherwise)
-    discrete = MATCH_DISCRETE and (t not in (SPHERE, CAPSULE) or dt == jnp.float64)
+    # MuJoCo's CCD costs several times the exact contact under vmap (GJK and EPA run to
+    # the slowest prism of the batch). Spheres, capsules, ellipsoids and cylinders take it
+    # in float64 only, where MuJoCo's numbers are the target; below it the exact contact
+    # stands (as deep or deeper than MuJoCo's, whose EPA stops within its tolerance:
+    # positions within ~2e-4 of MuJoCo's for resting geoms). Boxes and meshes always take
+    # it: MuJoCo's discrete mode differs from the exact contact by far more (a box resting
+    # on a random field: distances 6e-3 and positions 4e-2 apart).
+    discrete = MATCH_DISCRETE and (t in (BOX, MESH) or dt == jnp.float64)
     zero = ms == 0
 
+    nb = hd.cells.shape[0]
+    kp = min(2 * nb, PRISMS)  # prisms searched per step of the scan
+
     def chunk(j):
-        """The prisms of cells j*B .. j*B+B-1 (2B, in MuJoCo's order) and their contacts."""
-        k = j * hd.cells.shape[0] + hd.cells
+        """The prisms of cells j*B .. j*B+B-1 (2B, in MuJoCo's order), their ids and which
+        can touch the geom. Cheap: a prism is ruled out when the geom lies beyond the
+        margin along one of its face normals (the search would find so too, the faces
+        being among its directions) or one of the geom's axes, or wholly above its top."""
+        k = j * nb + hd.cells
         cell_r = rmin + k // jnp.maximum(ncols, 1)
         cell_c = cmin + k % jnp.maximum(ncols, 1)
         rr = jnp.repeat(cell_r, 2)
         cc = jnp.repeat(cell_c, 2)
-        ii = jnp.tile(jnp.arange(2, dtype=jnp.int32), hd.cells.shape[0])
+        ii = jnp.tile(jnp.arange(2, dtype=jnp.int32), nb)
         v = _prisms(es, ss, nrow, ncol, rr, cc, ii)
-        dist, nrm = jax.vmap(lambda v: _search(t, v, gs, data))(v)
-        ext = jnp.zeros((v.shape[0], 3), dt)
-        if discrete:
-            dd, dn, ext = jax.vmap(lambda v: _discrete(t, v, gs, data))(v)
-            dist = jnp.where(zero, dd, dist)
-            nrm = jnp.where(zero, dn, nrm)
-        # prisms entirely below the geom's lowest point (with the margin) are skipped
-        live = (jnp.repeat(k, 2) < ncells) & (jnp.max(v[:, 3:, 2], -1) + ms >= lo[2])
-        ids = 2 * jnp.repeat(k, 2) + ii
-        return live & (dist < ms), ids, dist, nrm, ext
+        # directions: the prism's face normals and the geom's axes (both ways); along any
+        # unit n the distance is at least -(h_P(n) + h_G(-n))
+        axes = jnp.broadcast_to(_both(gs.mat.T), (v.shape[0], 6, 3))
+        dirs = jnp.concatenate([jax.vmap(_prism_faces)(v), axes], 1)  # (2B, 11, 3)
+        gap = -(jnp.max(jnp.einsum("pfi,pvi->pfv", dirs, v), -1) + _hsup(t, gs, -dirs))
+        live = ((jnp.repeat(k, 2) < ncells) & (jnp.max(v[:, 3:, 2], -1) + ms >= lo[2])
+                & jnp.all(gap < ms, -1))
+        return v, 2 * jnp.repeat(k, 2) + ii, live
 
     def body(st):
-        j, count, ids, dist, nrm, ext = st
-        valid, i2, d2, n2, e2 = chunk(j)
+        """Searches the next kp prisms that can touch, in order, of the current chunk; moves
+        to the next chunk when they are all seen."""
+        j, off, count, ids, dist, nrm, ext = st
+        v, pid, live = chunk(j)
+        nlive = jnp.sum(live, dtype=jnp.int32)
+        order = jnp.argsort(~live, stable=True)
+        slot_k = off + jnp.arange(kp, dtype=jnp.int32)
+        pick = order[jnp.minimum(slot_k, order.shape[0] - 1)]
+        v, i2 = v[pick], pid[pick]
+        d2, n2 = jax.vmap(lambda v: _search(t, v, gs, data))(v)
+        e2 = jnp.zeros((kp, 3), dt)
+        if discrete:
+            dd, dn, e2 = jax.vmap(lambda v: _discrete(t, v, gs, data))(v)
+            d2 = jnp.where(zero, dd, d2)
+            n2 = jnp.where(zero, dn, n2)
+        valid = (slot_k < nlive) & (d2 < ms)
         rank = count + jnp.cumsum(valid, dtype=jnp.int32) - 1
         slot = jnp.where(valid & (rank < MAXCONPAIR), rank, MAXCONPAIR)
         put = lambda buf, x: buf.at[slot].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
-        return (j + 1, count + jnp.sum(valid, dtype=jnp.int32), put(ids, i2), put(dist, d2),
+        done = off + kp >= nlive
+        return (j + done.astype(jnp.int32), jnp.where(done, 0, off + kp).astype(jnp.int32),
+                count + jnp.sum(valid, dtype=jnp.int32), put(ids, i2), put(dist, d2),
                 put(nrm, n2), put(ext, e2))
 
     def cond(st):
-        j, count = st[0], st[1]
-        return (j * hd.cells.shape[0] < ncells) & (count < MAXCONPAIR)
+        j, count = st[0], st[2]
+        return (j * nb < ncells) & (count < MAXCONPAIR)
 
     k = MAXCONPAIR
-    init = (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros(k, jnp.int32),
-            jnp.zeros(k, dt), jnp.tile(jnp.array([0.0, 0.0, 1.0], dt), (k, 1)),
-            jnp.zeros((k, 3), dt))
-    _, count, ids, sdist, nrm, ext = lax.while_loop(cond, body, init)
+    init = (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
+            jnp.zeros(k, jnp.int32), jnp.zeros(k, dt),
+            jnp.tile(jnp.array([0.0, 0.0, 1.0], dt), (k, 1)), jnp.zeros((k, 3), dt))
+    _, _, count, ids, sdist, nrm, ext = lax.while_loop(cond, body, init)
     ok = jnp.arange(k) < count
 
     # the contacts again, with gradients, at the frozen normals
