@@ -53,7 +53,8 @@ def _site_packages_path(module: str, *parts: str) -> str | None:
 
 
 def resolve_models(spec: str) -> list[tuple[str, str]]:
-    """(name, path) for a comma list of gym names, mjx_humanoid, bundled, model names or paths."""
+    """(name, path) for a comma list of gym names, mjx_humanoid, mjx_barkour, bundled, model
+    names or paths."""
     out = []
     for item in [s.strip() for s in spec.split(",") if s.strip()]:
         if item in GYM:
@@ -62,6 +63,9 @@ def resolve_models(spec: str) -> list[tuple[str, str]]:
         elif item == "mjx_humanoid":
             out.append((item, _site_packages_path("mujoco", "mjx", "test_data", "humanoid",
                                                   "humanoid.xml")))
+        elif item == "mjx_barkour":  # a quadruped on a height field
+            out.append((item, _site_packages_path("mujoco", "mjx", "test_data", "barkour_v0",
+                                                  "assets", "barkour_v0_mjx.xml")))
         elif item == "bundled":
             for p in sorted(glob.glob(os.path.join(ROOT, "models", "*.xml"))):
                 if not os.path.basename(p).startswith("pile"):
@@ -334,7 +338,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=DEFAULT_MODELS,
                    help="comma list: gym names (ant, hopper, half_cheetah, humanoid), "
-                        "mjx_humanoid, bundled (models/*.xml but pile*), names in models/, "
+                        "mjx_humanoid, mjx_barkour, bundled (models/*.xml but pile*), names in models/, "
                         f"or paths (default {DEFAULT_MODELS})")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--batch", default="1,64,1024", help="comma list of batch sizes")
