@@ -10,10 +10,6 @@ SKIP = {
     # the order of neighbours within a hull vertex's list follows qhull's internal merge
     # history, which scipy does not expose; the sets are compared in tests/test_mesh.py
     "mesh_graph",
-    # MuJoCo orders hull polygons by an unordered_map's iteration; the polygons themselves
-    # are compared as sets in tests/test_mesh.py (and the counts only agree to ~1%)
-    "npoly", "npolyvert", "mesh_polyadr", "mesh_polynum", "mesh_polyvertadr",
-    "mesh_polyvertnum", "mesh_polyvert", "mesh_polynormal",
 }
 
 

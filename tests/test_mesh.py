@@ -88,37 +88,19 @@ def test_mesh_matches_mujoco(path):
         np.testing.assert_array_equal(pm.graph[2 + 3 * nv + 3 * nf:], g[2 + 3 * nv + 3 * nf:])
         assert _neighbour_sets(pm.graph) == _neighbour_sets(g)
         np.testing.assert_array_equal(pm.extrema, m.mesh_extrema.reshape(-1)[27 * i:27 * i + 27])
-        # hull polygons (coplanar faces merged): the same cycles as MuJoCo's, any order
-        ours = _cycles(pm.polygons)
+        # hull polygons (coplanar faces merged): MuJoCo's list, in its order (which decides
+        # ties between equally aligned faces in the multi-contact code), each cycle from the
+        # same first vertex
         pa, pn = m.mesh_polyadr[i], m.mesh_polynum[i]
-        ref = _cycles([m.mesh_polyvert[m.mesh_polyvertadr[q]:m.mesh_polyvertadr[q]
-                                       + m.mesh_polyvertnum[q]] for q in range(pa, pa + pn)])
-        # all but a handful of MuJoCo 4.0's polygons (rounding at the grouping's bin edges;
-        # a triangle's orientation) are reproduced exactly
-        same = len(set(ours) & set(ref))
-        assert same >= 0.99 * max(len(ours), len(ref)), (
-            len(ours), len(ref), same)
-        # the normals of the polygons both have (from the double-precision vertices; a
-        # polygon of nearly coplanar faces gets its area-weighted normal, which MuJoCo
-        # sums in another order: up to 3e-8 apart on makemesh.xml, 1e-13 on most)
-        ref_n = {_cycle(m.mesh_polyvert[m.mesh_polyvertadr[q]:m.mesh_polyvertadr[q]
-                                        + m.mesh_polyvertnum[q]]): m.mesh_polynormal[q]
-                 for q in range(pa, pa + pn)}
-        ours_n = {_cycle(q): pm.polynormal[k] for k, q in enumerate(pm.polygons)}
-        for c in ours_n.keys() & ref_n.keys():
-            np.testing.assert_allclose(ours_n[c], ref_n[c], rtol=0, atol=1e-7, err_msg=str(c))
-
-
-def _cycle(q):
-    """A polygon's vertex cycle rotated to start at its least id."""
-    q = [int(v) for v in q]
-    k = q.index(min(q))
-    return tuple(q[k:] + q[:k])
-
-
-def _cycles(polys):
-    """Polygons as a sorted list of vertex cycles."""
-    return sorted(_cycle(q) for q in polys)
+        ref = [[int(v) for v in m.mesh_polyvert[m.mesh_polyvertadr[q]:m.mesh_polyvertadr[q]
+                                                + m.mesh_polyvertnum[q]]]
+               for q in range(pa, pa + pn)]
+        assert [[int(v) for v in q] for q in pm.polygons] == ref
+        # their normals (from the double-precision vertices; a polygon of nearly coplanar
+        # faces gets its area-weighted normal, which MuJoCo sums in another order: up to
+        # 3e-8 apart on makemesh.xml, 1e-13 on most)
+        np.testing.assert_allclose(np.reshape(pm.polynormal, (-1, 3)),
+                                   m.mesh_polynormal[pa:pa + pn], rtol=0, atol=1e-7)
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="shared corpus not available")

@@ -434,8 +434,10 @@ def process_mesh(raw: RawMesh, *, scale=(1.0, 1.0, 1.0), refpos=(0.0, 0.0, 0.0),
             raise MeshError(f"mesh '{name}' has no faces")
         face = _graph_parts(graph)[3].astype(np.int64)
 
+    hull_faces = None if graph is None or not len(graph) else _hull_faces(graph)
     scale = [float(s) for s in scale]
-    if scale[0] * scale[1] * scale[2] <= 0:
+    righthand = scale[0] * scale[1] * scale[2] > 0
+    if not righthand:
         # left-handed scaling mirrors the mesh: restore outward winding (MuJoCo
         # 4.0 flips .msh faces once too, see its changelog)
         face = face[:, [0, 2, 1]]
@@ -538,10 +540,11 @@ def process_mesh(raw: RawMesh, *, scale=(1.0, 1.0, 1.0), refpos=(0.0, 0.0, 0.0),
                       0.5 * np.sqrt(6 * (ev[0] + ev[2] - ev[1]) / vref),
                       0.5 * np.sqrt(6 * (ev[0] + ev[1] - ev[2]) / vref)])
 
-    # hull polygons: MuJoCo 4.0 groups the faces by normal direction before the move into
-    # the inertial frame (the grouping's rounding depends on the frame)
-    polygons, areas = (make_polygons(dvert, _hull_faces(graph)) if graph is not None
-                       and len(graph) else ([], []))
+    # hull polygons: MuJoCo 4.0 groups the faces by normal direction on the vertices as
+    # given (before refpos, refquat and scale; the grouping's rounding depends on them),
+    # the areas (normals) come from the transformed ones
+    polygons, areas = (make_polygons(vert, hull_faces, dvert, rewind=not righthand)
+                       if hull_faces is not None else ([], []))
 
     # move into the inertial frame: v' = R(q)^T (v - com)
     dvert = dvert - com
