@@ -11,6 +11,7 @@ value, the branch not taken is fed finite inputs so its gradient cannot turn int
 
 from __future__ import annotations
 
+from jaxsim import hostnp
 from jaxsim.hostnp import jax, jnp  # numpy inside hostnp.host_backend(), see there
 
 # MuJoCo's mjMINVAL: the smallest value it treats as non-zero.
@@ -111,15 +112,32 @@ def quat_neg(q: jax.Array) -> jax.Array:
     return q * jnp.array([1.0, -1.0, -1.0, -1.0], q.dtype)
 
 
+def no_fma(x: jax.Array) -> jax.Array:
+    """x, rounded where it is computed, in float64: XLA:CPU contracts a product feeding a
+    sum into one fused multiply-add (rounded once, unlike MuJoCo's C), and an optimization
+    barrier does not stop it; a select on x == x does (NaN stays NaN). Other dtypes pass
+    through untouched (float32 runs keep the faster fused code)."""
+    if hostnp.on_host() or jnp.result_type(x) != jnp.float64:
+        return x
+    return jnp.where(x == x, x, jnp.nan)
+
+
 def quat_to_mat(q: jax.Array) -> jax.Array:
-    """Rotation matrix of a unit quaternion (mju_quat2Mat)."""
+    """Rotation matrix of a unit quaternion (mju_quat2Mat).
+
+    The diagonal sums the squares in pairs, (ww -+ yy) and (xx -+ zz), as MuJoCo 4.0's
+    vectorised build rounds them, and in float64 the products are rounded before the sums
+    (`no_fma`): the matrix matches MuJoCo's bit for bit (the multi-contact code decides
+    near-ties on it)."""
     w, x, y, z = jnp.moveaxis(q, -1, 0)
     ww, wx, wy, wz = w * w, w * x, w * y, w * z
     xx, xy, xz, yy, yz, zz = x * x, x * y, x * z, y * y, y * z, z * z
+    ww, wx, wy, wz, xx, xy, xz, yy, yz, zz = (no_fma(v) for v in (ww, wx, wy, wz, xx, xy,
+                                                                   xz, yy, yz, zz))
     rows = [
-        [ww + xx - yy - zz, 2 * (xy - wz), 2 * (xz + wy)],
-        [2 * (xy + wz), ww - xx + yy - zz, 2 * (yz - wx)],
-        [2 * (xz - wy), 2 * (yz + wx), ww - xx - yy + zz],
+        [(ww - yy) + (xx - zz), 2 * (xy - wz), 2 * (xz + wy)],
+        [2 * (xy + wz), (ww + yy) - (xx + zz), 2 * (yz - wx)],
+        [2 * (xz - wy), 2 * (yz + wx), (ww - yy) - (xx - zz)],
     ]
     return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
 
