@@ -33,6 +33,7 @@ from jaxsim.collision.ccd import (
     normalize,
     type_options,
 )
+from jaxsim.math import no_fma
 
 # --------------------------------------------------------------------------- multi-contact
 # Flat-face contacts of box and mesh pairs: from the vertices of EPA's final face, find a
@@ -233,17 +234,19 @@ def _cyl_face(g, idx, pv: int):
 
 
 def _cross_exact(a, b):
-    """Cross product rounded as in C: the optimization barrier keeps XLA from fusing the
-    products into FMA instructions (the quadrilateral search compares near-equal areas)."""
-    p = lax.optimization_barrier(jnp.stack([a[1] * b[2], a[2] * b[1], a[2] * b[0], a[0] * b[2],
-                                            a[0] * b[1], a[1] * b[0]]))
+    """Cross product rounded as MuJoCo's (each product rounded before the difference, no FMA:
+    the quadrilateral search compares near-equal areas)."""
+    p = [no_fma(v) for v in (a[1] * b[2], a[2] * b[1], a[2] * b[0], a[0] * b[2],
+                             a[0] * b[1], a[1] * b[0])]
     return jnp.stack([p[0] - p[1], p[2] - p[3], p[4] - p[5]])
 
 
 def _area4(a, b, c, d):
+    """Half the norm of (c - a) x (d - b), the squares summed as MuJoCo 4.0's build does:
+    fma(g2, g2, fma(g1, g1, g0 g0)) (measured on quadrilateral ties of clipped mesh faces;
+    XLA contracts the two later products into the sums, `no_fma` keeps the first apart)."""
     g = _cross_exact(c - a, d - b)
-    sq = lax.optimization_barrier(g * g)
-    return 0.5 * jnp.sqrt(sq[0] + sq[1] + sq[2])
+    return 0.5 * jnp.sqrt((no_fma(g[0] * g[0]) + g[1] * g[1]) + g[2] * g[2])
 
 
 def _polygon_quad(poly, npg, ties=False):
