@@ -242,11 +242,12 @@ def _cross_exact(a, b):
 
 
 def _area4(a, b, c, d):
-    """Half the norm of (c - a) x (d - b), the squares summed as MuJoCo 4.0's build does:
-    fma(g2, g2, fma(g1, g1, g0 g0)) (measured on quadrilateral ties of clipped mesh faces;
-    XLA contracts the two later products into the sums, `no_fma` keeps the first apart)."""
+    """Half the norm of (c - a) x (d - b), the squares summed as MuJoCo 4.0's vectorised
+    build does, (g0^2 + g2^2) + g1^2, each rounded (measured on quadrilateral ties of
+    clipped mesh faces; the pairing is the one its quaternion-to-matrix shows too)."""
     g = _cross_exact(c - a, d - b)
-    return 0.5 * jnp.sqrt((no_fma(g[0] * g[0]) + g[1] * g[1]) + g[2] * g[2])
+    sq = [no_fma(v) for v in (g[0] * g[0], g[1] * g[1], g[2] * g[2])]
+    return 0.5 * jnp.sqrt((sq[0] + sq[2]) + sq[1])
 
 
 def _polygon_quad(poly, npg, ties=False):
