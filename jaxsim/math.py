@@ -113,11 +113,11 @@ def quat_neg(q: jax.Array) -> jax.Array:
 
 
 def no_fma(x: jax.Array) -> jax.Array:
-    """x, rounded where it is computed, in float64: XLA:CPU contracts a product feeding a
-    sum into one fused multiply-add (rounded once, unlike MuJoCo's C), and an optimization
-    barrier does not stop it; a select on x == x does (NaN stays NaN). Other dtypes pass
-    through untouched (float32 runs keep the faster fused code)."""
-    if hostnp.on_host() or jnp.result_type(x) != jnp.float64:
+    """x, rounded where it is computed. XLA:CPU contracts a product feeding a sum into one
+    fused multiply-add (rounded once; MuJoCo's build has no FMA) and may rewrite 1/sqrt as
+    rsqrt; an optimization barrier stops neither, a select on x == x that XLA cannot fold
+    does (NaN stays NaN, the gradient passes through)."""
+    if hostnp.on_host():
         return x
     return jnp.where(x == x, x, jnp.nan)
 
@@ -126,8 +126,8 @@ def quat_to_mat(q: jax.Array) -> jax.Array:
     """Rotation matrix of a unit quaternion (mju_quat2Mat).
 
     The diagonal sums the squares in pairs, (ww -+ yy) and (xx -+ zz), as MuJoCo 4.0's
-    vectorised build rounds them, and in float64 the products are rounded before the sums
-    (`no_fma`): the matrix matches MuJoCo's bit for bit (the multi-contact code decides
+    vectorised build rounds them, and the products are rounded before the sums (`no_fma`):
+    in float64 the matrix matches MuJoCo's bit for bit (the multi-contact code decides
     near-ties on it)."""
     w, x, y, z = jnp.moveaxis(q, -1, 0)
     ww, wx, wy, wz = w * w, w * x, w * y, w * z

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim.collision.common import Contacts, Geom
+from jaxsim.math import no_fma
 
 _MINVAL = 1e-15  # mjMINVAL
 _MAXVAL = 1e10  # mjMAXVAL
@@ -43,9 +44,7 @@ _AR3 = np.arange(3)
 # ------------------------------------------------------------------------------ arithmetic
 
 
-def _rn(x):
-    """x, rounded here: a select XLA cannot fold keeps x out of FMA and rsqrt rewrites."""
-    return jnp.where(x == x, x, jnp.nan)
+_rn = no_fma  # x rounded here: no FMA, no rsqrt rewrite
 
 
 def _mul(a, b):
