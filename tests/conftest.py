@@ -9,8 +9,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # MLIR fusion emitters take about twice as long to compile our programs as the classic
 # ones (a simulation step is a thousand small fusions) for no run-time gain here. Either
 # can be overridden in XLA_FLAGS; results are the same, no fast-math either way.
+# (not in the processes `run_with_default_xla` starts)
 for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
-    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    if (_flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")
+            and not os.environ.get("JAXSIM_TEST_DEFAULT_XLA")):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import gc  # noqa: E402
@@ -67,3 +69,27 @@ def _release_compiled_programs():
     if _mapped_regions() > 2000:
         jax.clear_caches()
         gc.collect()
+
+
+def run_with_default_xla(test_file: str, func: str, timeout: float = 900) -> None:
+    """Runs `func` of the test module `test_file` in a fresh process with XLA's default CPU
+    settings (as users and the referee run), without this suite's faster compile flags.
+
+    For checks on the last bit of float64 arithmetic that decide discrete choices (which
+    contact point a tie keeps): XLA's backend optimisation level and emitters change where
+    products are fused into FMAs, so such checks hold only for the settings they target.
+    """
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAXSIM_TEST_DEFAULT_XLA"] = "1"
+    env["JAX_ENABLE_X64"] = "1"
+    path = pathlib.Path(test_file).resolve()
+    code = (f"import sys; sys.path.insert(0, {str(path.parent)!r}); "
+            f"import jax; jax.config.update('jax_enable_x64', True); "
+            f"import {path.stem} as t; t.{func}()")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]

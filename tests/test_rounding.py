@@ -5,14 +5,11 @@ clipped face, say), the last bit of its arithmetic decides, so jaxsim rounds tho
 computations as MuJoCo 4.0's build does (float64).
 """
 
-import os
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_with_default_xla
 
 import jaxsim
 from jaxsim import math as jm
@@ -93,16 +90,5 @@ def _check_ties() -> None:
 
 
 def test_mesh_face_quadrilateral_ties_in_mujoco_order():
-    """Run with XLA's default CPU settings (users', the referee's): the suite's faster
-    compile settings (conftest.py) round some of the clipping arithmetic differently."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["JAX_ENABLE_X64"] = "1"
-    res = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
-
-
-if __name__ == "__main__":
-    jax.config.update("jax_enable_x64", True)
-    _check_ties()
+    """With XLA's default CPU settings (see conftest.run_with_default_xla)."""
+    run_with_default_xla(__file__, "_check_ties")
