@@ -8,8 +8,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # small programs and short runs and costs about a fifth of the time, and XLA:CPU's newer
 # MLIR fusion emitters take about twice as long to compile our programs as the classic
 # ones (a simulation step is a thousand small fusions) for no run-time gain here. Either
-# can be overridden in XLA_FLAGS; results are the same, no fast-math either way.
-# (not in the processes `run_with_default_xla` starts)
+# can be overridden in XLA_FLAGS; no fast-math either way, but they move where XLA fuses
+# products into FMAs, so float64 results can differ in the last bit (checks of last-bit
+# ties use `run_with_default_xla`, whose processes do not get these flags).
 for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
     if (_flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")
             and not os.environ.get("JAXSIM_TEST_DEFAULT_XLA")):
