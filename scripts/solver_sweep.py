@@ -7,10 +7,13 @@ lower tolerance, on both sides, as PGS converges slowly) and runs the referee's
 variant, then the pass rate per variant and per source directory.
 
     python scripts/solver_sweep.py [--states 3] [--json out.json] [--log done.jsonl]
-        [--variants newton-pyramidal,pgs-elliptic,...] [--by-size] MODEL_OR_DIR ...
+        [--variants newton-pyramidal,pgs-elliptic,...] [--by-size] [--shard I/N]
+        MODEL_OR_DIR ...
 
 With --log, each result is appended to that file as it comes, and the model-variant pairs
-already in it are not run again (a long sweep can stop and go on later).
+already in it are not run again (a long sweep can stop and go on later). With --shard I/N
+the process takes every N-th model from the I-th on (I counts from 0), so N processes with
+the same log share a sweep (each uses about one core: most of a model's time is compilation).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--by-size", action="store_true",
                     help="run the models in order of MuJoCo's nv (small ones first)")
+    ap.add_argument("--shard", default="0/1", help="I/N: every N-th model from the I-th")
     a = ap.parse_args()
     variants = a.variants.split(",")
     paths = []
@@ -125,6 +129,8 @@ def main() -> int:
             except Exception:  # noqa: BLE001 -- MuJoCo rejects it: skipped below anyway
                 return -1
         paths.sort(key=nv)
+    shard, nshard = (int(x) for x in a.shard.split("/"))
+    mine = set(paths[shard::nshard])
     stages = ("compile", "forward", "contact", "step")
     reps = []
     if a.log and os.path.exists(a.log):
@@ -132,7 +138,7 @@ def main() -> int:
             reps = [json.loads(line) for line in fh if line.strip()]
     done = {(r["model"], r["variant"]) for r in reps}
     for path in paths:
-        if all((path, v) in done for v in variants):
+        if path not in mine or all((path, v) in done for v in variants):
             continue
         if not referee.is_standalone_model(path):
             continue
