@@ -337,8 +337,11 @@ def test_merged_convex_groups_match_mujoco():
     contact count (geom types traced per pair, driver.MERGE_MAX). Over random poses every
     contact is MuJoCo's (gradients through traced types: test_collision_convex). (No
     cylinder: its flat-feature contacts deep in a box differ from MuJoCo 4.0's in either
-    path, see the notes.) With XLA's default CPU settings: a clipped face with a
-    duplicated vertex keeps MuJoCo's duplicate only with the rounding they give."""
+    path, see the notes.) With XLA's default CPU settings. A clipped face whose quadrilateral
+    is a last-bit tie (world 8 here: which vertex MuJoCo keeps changes with the rounding,
+    and XLA's rounding with the host's vector instructions) must give one of the answers
+    MuJoCo gives at the pose moved by 1e-12; at least 10 of the 12 worlds give MuJoCo's
+    answer at the pose itself."""
     run_with_default_xla(__file__, "_check_merged_convex_groups")
 
 
@@ -353,7 +356,7 @@ def _check_merged_convex_groups():
                                            np.asarray(model.geom_type)[g.geom2]]}) >= 2
                for g in merged)
     m = mujoco.MjModel.from_xml_string(xml)
-    rng = np.random.default_rng(1)
+    rng, nudge = np.random.default_rng(1), np.random.default_rng(2)
     refs, qs = [], []
     for _ in range(12):
         d = mujoco.MjData(m)
@@ -361,24 +364,48 @@ def _check_merged_convex_groups():
             q = rng.normal(size=4)
             d.qpos[7 * i:7 * i + 7] = np.r_[m.qpos0[7 * i:7 * i + 3]
                                           + 0.02 * rng.normal(size=3), q / np.linalg.norm(q)]
+        qpos = d.qpos.copy()
         mujoco.mj_forward(m, d)
-        refs.append(_records_mj(m, d))
-        qs.append(d.qpos.copy())
+        # MuJoCo's contacts at the pose, then at poses moved by 1e-12: where a tie between
+        # clipped polygon vertices is decided by the last bits (which XLA's code for the
+        # host's vector instructions can round either way), a nudge shows MuJoCo's other
+        # answer, and ours must be one of MuJoCo's
+        alts = [_records_mj(m, d)]
+        for _ in range(6):
+            d2 = mujoco.MjData(m)
+            d2.qpos[:] = qpos + 1e-12 * nudge.normal(size=m.nq)
+            mujoco.mj_forward(m, d2)
+            alts.append(_records_mj(m, d2))
+        refs.append(alts)
+        qs.append(qpos)
     out = jax.jit(jax.vmap(lambda q: _ours_traced(model, q)))(jnp.asarray(np.array(qs)))
     smooth_types = {2, 3, 4}  # EPA on curved shapes: positions to its accuracy
     kinds = set()
-    for w, ref in enumerate(refs):
-        ours = _records_ours(jax.tree.map(lambda x, w=w: x[w], out))
+
+    def mismatch(w, ours, ref):
+        """Why `ours` is not MuJoCo's `ref` (None when it is)."""
         key = lambda r: (r["geom"], r["dist"])  # noqa: E731
         ref, ours = sorted(ref, key=key), sorted(ours, key=key)
-        assert [r["geom"] for r in ours] == [r["geom"] for r in ref], (w, ours, ref)
+        if [r["geom"] for r in ours] != [r["geom"] for r in ref]:
+            return (w, ours, ref)
         for o, r in zip(ours, ref, strict=True):
             types = set(np.asarray(m.geom_type)[list(r["geom"])].tolist())
             kinds.add(tuple(sorted(types)))
             tol = 1e-3 if types & smooth_types else 1e-6
-            assert abs(o["dist"] - r["dist"]) < 1e-6, (w, r["geom"], o["dist"], r["dist"])
-            np.testing.assert_allclose(o["pos"], r["pos"], atol=tol, err_msg=str(r["geom"]))
-            np.testing.assert_allclose(o["frame"][0], r["frame"][0], atol=5 * tol)
+            if abs(o["dist"] - r["dist"]) >= 1e-6:
+                return (w, r["geom"], o["dist"], r["dist"])
+            if not (np.allclose(o["pos"], r["pos"], rtol=0, atol=tol)
+                    and np.allclose(o["frame"][0], r["frame"][0], rtol=0, atol=5 * tol)):
+                return (w, r["geom"], o["pos"], r["pos"], o["frame"][0], r["frame"][0])
+        return None
+
+    exact = 0
+    for w, alts in enumerate(refs):
+        ours = _records_ours(jax.tree.map(lambda x, w=w: x[w], out))
+        why = [mismatch(w, ours, ref) for ref in alts]
+        assert any(y is None for y in why), why[0]
+        exact += why[0] is None
+    assert exact >= 10, exact  # ties are rare: most worlds match MuJoCo at the pose itself
     # merged: sphere-ellipsoid, ellipsoid-ellipsoid, ellipsoid-mesh, box-mesh, mesh-mesh
     assert {(2, 4), (4,), (4, 7), (6, 7), (7,)} <= kinds, sorted(kinds)
 
