@@ -94,3 +94,19 @@ def run_with_default_xla(test_file: str, func: str, timeout: float = 900) -> Non
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=timeout)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+
+
+def _slow_tier() -> frozenset[str]:
+    lines = (ROOT / "tests" / "slow_tier.txt").read_text().splitlines()
+    return frozenset(s.strip() for s in lines if s.strip() and not s.startswith("#"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselects the slow tier (tests/slow_tier.txt) unless JAXSIM_TEST_ALL=1."""
+    if os.environ.get("JAXSIM_TEST_ALL") == "1":
+        return
+    slow = _slow_tier()
+    drop = [it for it in items if it.nodeid in slow]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if it.nodeid not in slow]
