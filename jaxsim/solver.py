@@ -624,23 +624,46 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
                 p2n=zero, b1=jnp.bool_(False), b2=jnp.bool_(False), dir=zero[0],
                 done=jnp.asarray(skip, bool), res=zero, ok=jnp.bool_(True),
                 gtol=jnp.asarray(gtol, zero.dtype))
+
+    # The loop carries the search's state as one vector (small integers and flags as exact
+    # floats): each step then ends in one fused operation that writes it, where separate
+    # fields made XLA emit (and compile) the shared decision logic once per field.
+    # (gtol and skip may be per island: the layout is that of one search)
+    layout = [(k, int(np.size(v)) if k not in ("gtol", "done") else 1, v.dtype)
+              for k, v in init.items()]
+    DONE = sum(size for _, size, _ in layout[:[k for k, _, _ in layout].index("done")])
+
+    def pack(c):
+        return jnp.concatenate([jnp.reshape(c[k], (-1,)).astype(zero.dtype)
+                                for k, _, _ in layout])
+
+    def unpack(s):
+        out, o = {}, 0
+        for k, size, t in layout:
+            v = s[o:o + size] if size > 1 else s[o]
+            out[k] = (v != 0) if t == jnp.bool_ else v.astype(t)
+            o += size
+        return out
+
     if isl is None:
-        c = lax.while_loop(lambda c: ~c["done"], lambda c: advance(c, _eval(p, ln, pick(c))),
-                           init)
+        def body(s):
+            c = unpack(s)
+            return pack(advance(c, _eval(p, ln, pick(c))))
+
+        c = unpack(lax.while_loop(lambda s: s[DONE] == 0, body, pack(init)))
     else:
         init = {k: jnp.broadcast_to(v, (isl.n,) + v.shape) for k, v in init.items()}
         init["done"] = jnp.broadcast_to(jnp.asarray(skip, bool), (isl.n,))
         init["gtol"] = jnp.broadcast_to(jnp.asarray(gtol, zero.dtype), (isl.n,))
 
-        def body(c):
+        def body(s):
+            c = jax.vmap(unpack)(s)
             q = _eval(p, ln, jax.vmap(pick)(c), isl)
-            new = jax.vmap(advance)(c, q)
-            stay = c["done"]
-            return jax.tree.map(
-                lambda a, b: jnp.where(jnp.reshape(stay, stay.shape + (1,) * (a.ndim - 1)), a, b),
-                c, new)
+            new = jax.vmap(lambda c_, q_: pack(advance(c_, q_)))(c, q)
+            return jnp.where(c["done"][:, None], s, new)
 
-        c = lax.while_loop(lambda c: ~jnp.all(c["done"]), body, init)
+        c = jax.vmap(unpack)(lax.while_loop(lambda s: ~jnp.all(s[:, DONE] != 0), body,
+                                            jax.vmap(pack)(init)))
     r = c["res"]
     return r[..., A], -r[..., C], c["n"], jnp.where(c["ok"], jnp.abs(r[..., G]), 0.0)
 
