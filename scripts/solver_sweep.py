@@ -23,6 +23,7 @@ import glob
 import json
 import os
 import pathlib
+import signal
 import sys
 import time
 import types
@@ -102,6 +103,9 @@ def main() -> int:
     # compile time is most of a model's time: the referee is told not to jit (it then
     # calls these as they are), and its step stage reuses the compiled forward
     os.environ["REFEREE_NOJIT"] = "1"
+    # a stopped sweep (kill, Ctrl-C) must not leave its variant copies in the corpus:
+    # SIGTERM becomes SystemExit, which runs the `finally` that removes the current one
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     api.forward, api.step = _shared_forward_step()
     warnings.simplefilter("ignore")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
