@@ -96,14 +96,13 @@ def quat_mul(a: jax.Array, b: jax.Array) -> jax.Array:
     """Quaternion product a * b (mju_mulQuat)."""
     aw, ax, ay, az = jnp.moveaxis(a, -1, 0)
     bw, bx, by, bz = jnp.moveaxis(b, -1, 0)
-    return jnp.stack(
+    return stack_last(
         [
             aw * bw - ax * bx - ay * by - az * bz,
             aw * bx + ax * bw + ay * bz - az * by,
             aw * by - ax * bz + ay * bw + az * bx,
             aw * bz + ax * by - ay * bx + az * bw,
-        ],
-        axis=-1,
+        ]
     )
 
 
@@ -139,7 +138,7 @@ def quat_to_mat(q: jax.Array) -> jax.Array:
         [2 * (xy + wz), (ww + yy) - (xx + zz), 2 * (yz - wx)],
         [2 * (xz - wy), 2 * (yz + wx), (ww - yy) - (xx - zz)],
     ]
-    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+    return stack_last([e for r in rows for e in r]).reshape(*q.shape[:-1], 3, 3)
 
 
 def rot_vec_quat(v: jax.Array, q: jax.Array) -> jax.Array:
@@ -150,8 +149,8 @@ def rot_vec_quat(v: jax.Array, q: jax.Array) -> jax.Array:
     t0 = q0 * v0 + q2 * v2 - q3 * v1
     t1 = q0 * v1 + q3 * v0 - q1 * v2
     t2 = q0 * v2 + q1 * v1 - q2 * v0
-    return jnp.stack([v0 + 2 * (q2 * t2 - q3 * t1), v1 + 2 * (q3 * t0 - q1 * t2),
-                      v2 + 2 * (q1 * t1 - q2 * t0)], axis=-1)
+    return stack_last([v0 + 2 * (q2 * t2 - q3 * t1), v1 + 2 * (q3 * t0 - q1 * t2),
+                       v2 + 2 * (q1 * t1 - q2 * t0)])
 
 
 def axis_angle_to_quat(axis: jax.Array, angle: jax.Array) -> jax.Array:
@@ -200,9 +199,8 @@ def sub_quat(qa: jax.Array, qb: jax.Array) -> jax.Array:
 def inert_com(inert: jax.Array, mat: jax.Array, dif: jax.Array, mass: jax.Array) -> jax.Array:
     """Com-based 10-vector inertia from principal inertia, frame and offset (mju_inertCom)."""
     rot = jnp.einsum("...ij,...j,...kj->...ik", mat, inert, mat)
-    m = mass[..., None]
     dx, dy, dz = dif[..., 0], dif[..., 1], dif[..., 2]
-    res_rot = jnp.stack(
+    return stack_last(
         [
             rot[..., 0, 0] + mass * (dy * dy + dz * dz),
             rot[..., 1, 1] + mass * (dx * dx + dz * dz),
@@ -210,10 +208,9 @@ def inert_com(inert: jax.Array, mat: jax.Array, dif: jax.Array, mass: jax.Array)
             rot[..., 0, 1] - mass * dx * dy,
             rot[..., 0, 2] - mass * dx * dz,
             rot[..., 1, 2] - mass * dy * dz,
-        ],
-        axis=-1,
+            mass * dx, mass * dy, mass * dz, mass,
+        ]
     )
-    return jnp.concatenate([res_rot, m * dif, m], axis=-1)
 
 
 def inert_mat(i: jax.Array) -> jax.Array:
@@ -236,7 +233,28 @@ def mul_inert_vec(i: jax.Array, v: jax.Array) -> jax.Array:
     return jnp.einsum("...ij,...j->...i", inert_mat(i), v)
 
 
-def _cross(a, b):
+def stack_last(parts) -> jax.Array:
+    """jnp.stack(parts, axis=-1) for a few component expressions, as one elementwise select
+    over a new last axis. XLA:CPU emits a minor-axis concatenate as one loop per part
+    writing strided outputs, and LLVM spends seconds vectorising each such kernel (the
+    gymnasium ant's spatial cross products: 2-4 s apiece); the select computes every part
+    for every entry, which costs nothing measurable at these sizes. The same expressions
+    (XLA may contract a product and a sum into one FMA differently in the new fusion, a
+    last-bit change); derivatives flow to the part each entry selects."""
+    if hostnp.on_host():
+        return jnp.stack(parts, axis=-1)
+    parts = [jnp.asarray(p) for p in parts]
+    dtype = jnp.result_type(*parts)
+    shape = jnp.broadcast_shapes(*[p.shape for p in parts])
+    out = shape + (len(parts),)
+    dims = tuple(range(len(shape)))
+    cases = [jax.lax.broadcast_in_dim(p.astype(dtype), out, dims[len(shape) - p.ndim:])
+             for p in parts]
+    which = jax.lax.broadcasted_iota(jnp.int32, out, len(shape))
+    return jax.lax.select_n(which, *cases)
+
+
+def cross3(a, b):
     """a x b on component tuples (one stack at the end: XLA then emits one small kernel
     instead of concatenating sliced products, which it duplicates per output)."""
     return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
@@ -245,17 +263,17 @@ def _cross(a, b):
 def cross_motion(vel: jax.Array, v: jax.Array) -> jax.Array:
     """6D motion cross product vel x v (mju_crossMotion)."""
     c, x = tuple(jnp.moveaxis(vel, -1, 0)), tuple(jnp.moveaxis(v, -1, 0))
-    rot = _cross(c[:3], x[:3])
-    lin = [p + q for p, q in zip(_cross(c[:3], x[3:]), _cross(c[3:], x[:3]), strict=True)]
-    return jnp.stack([*rot, *lin], axis=-1)
+    rot = cross3(c[:3], x[:3])
+    lin = [p + q for p, q in zip(cross3(c[:3], x[3:]), cross3(c[3:], x[:3]), strict=True)]
+    return stack_last([*rot, *lin])
 
 
 def cross_force(vel: jax.Array, f: jax.Array) -> jax.Array:
     """6D force cross product vel x* f (mju_crossForce)."""
     c, x = tuple(jnp.moveaxis(vel, -1, 0)), tuple(jnp.moveaxis(f, -1, 0))
-    rot = [p + q for p, q in zip(_cross(c[:3], x[:3]), _cross(c[3:], x[3:]), strict=True)]
-    lin = _cross(c[:3], x[3:])
-    return jnp.stack([*rot, *lin], axis=-1)
+    rot = [p + q for p, q in zip(cross3(c[:3], x[:3]), cross3(c[3:], x[3:]), strict=True)]
+    lin = cross3(c[:3], x[3:])
+    return stack_last([*rot, *lin])
 
 
 # ------------------------------------------------------------------ tendon wrapping

@@ -241,7 +241,7 @@ def com_pos(m: Model, d: State) -> State:
             da = dofadr[ids]
             if t == JointType.HINGE:
                 ax = d.xaxis[ids]
-                cdof = cdof.at[da].set(jnp.concatenate([ax, jnp.cross(ax, off[ids])], -1))
+                cdof = cdof.at[da].set(_motion_axis(ax, off[ids]))
             elif t == JointType.SLIDE:
                 cdof = cdof.at[da].set(jnp.concatenate([jnp.zeros_like(d.xaxis[ids]), d.xaxis[ids]], -1))
             else:
@@ -253,10 +253,14 @@ def com_pos(m: Model, d: State) -> State:
                 for k in range(3):
                     # rotation about the k-th axis of the child frame
                     ax = d.xmat[jb[ids], :, k]
-                    cdof = cdof.at[da + rot0 + k].set(
-                        jnp.concatenate([ax, jnp.cross(ax, off[ids])], -1)
-                    )
+                    cdof = cdof.at[da + rot0 + k].set(_motion_axis(ax, off[ids]))
     return d.replace(subtree_com=subtree_com, cinert=cinert, cdof=cdof)
+
+
+def _motion_axis(ax: jax.Array, off: jax.Array) -> jax.Array:
+    """The 6D motion [ax, ax x off] of a rotation about axis ax at offset off."""
+    a, o = tuple(jnp.moveaxis(ax, -1, 0)), tuple(jnp.moveaxis(off, -1, 0))
+    return math.stack_last([*a, *math.cross3(a, o)])
 
 
 def camlight(m: Model, d: State) -> State:

@@ -46,6 +46,46 @@ def test_quat_to_mat_matches_mujoco_bitwise():
     np.testing.assert_array_equal(ours, ref)
 
 
+def test_spatial_products_match_mujoco():
+    # the helpers build their results with math.stack_last (one select over the last axis
+    # in place of a minor-axis concatenate); XLA may contract a product and a sum into one
+    # fused multiply-add, so the last bit may differ from MuJoCo's build (which has none)
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(2, 300, 6))
+    qa, qb = rng.normal(size=(2, 300, 4))
+    f = jax.jit(lambda a, b, qa, qb: (jm.cross_motion(a, b), jm.cross_force(a, b),
+                                      jm.quat_mul(qa, qb)))
+    cm, cf, qm = (np.asarray(x) for x in f(a, b, qa, qb))
+    # mju_crossMotion / mju_crossForce (not in the Python bindings) in numpy
+    w, v, fw, fv = a[:, :3], a[:, 3:], b[:, :3], b[:, 3:]
+    tol = dict(rtol=0, atol=4e-15)
+    np.testing.assert_allclose(cm, np.concatenate(
+        [np.cross(w, fw), np.cross(w, fv) + np.cross(v, fw)], -1), **tol)
+    np.testing.assert_allclose(cf, np.concatenate(
+        [np.cross(w, fw) + np.cross(v, fv), np.cross(w, fv)], -1), **tol)
+    for k in range(len(a)):
+        ref = np.zeros(4)
+        mujoco.mju_mulQuat(ref, qa[k], qb[k])
+        np.testing.assert_allclose(qm[k], ref, **tol)
+        ref3 = np.zeros(3)
+        qn = qa[k] / np.linalg.norm(qa[k])
+        mujoco.mju_rotVecQuat(ref3, a[k, :3], qn)
+        np.testing.assert_allclose(np.asarray(jm.rot_vec_quat(a[k, :3], qn)), ref3, **tol)
+
+
+def test_stack_last_is_stack_with_its_gradient():
+    rng = np.random.default_rng(3)
+    parts = [jnp.asarray(x) for x in rng.normal(size=(4, 7, 5))] + [jnp.asarray(2.0)]
+    got = jax.jit(jm.stack_last)(parts)
+    want = jnp.stack([jnp.broadcast_to(p, (7, 5)) for p in parts], axis=-1)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    w = jnp.asarray(rng.normal(size=(7, 5, 5)))
+    g = jax.grad(lambda ps: jnp.sum(w * jm.stack_last(ps)))(parts)
+    for k in range(4):
+        np.testing.assert_array_equal(np.asarray(g[k]), np.asarray(w[..., k]))
+    np.testing.assert_allclose(float(g[4]), float(jnp.sum(w[..., 4])), rtol=1e-12)
+
+
 # two overlapping sphere meshes (perf/spheremesh.xml's builtin sphere) whose clipped face
 # has a duplicated vertex: the two quadrilaterals that keep it twice have the same area but
 # for rounding, and MuJoCo's order of the contacts follows the one its arithmetic prefers
