@@ -30,6 +30,13 @@ CORPUS = SHARED / "corpus" / "mujoco"
 MODELS = ROOT / "models"
 
 
+def visible_xml(root: pathlib.Path) -> list[pathlib.Path]:
+    """The .xml files under root, sorted, without hidden ones (scripts/solver_sweep.py
+    writes its variant copies beside corpus models as .jaxsim-*.xml while it runs)."""
+    return sorted(p for p in root.rglob("*.xml")
+                  if not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
 def gym_assets() -> pathlib.Path | None:
     try:
         import gymnasium

@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 import pytest
 from compare import model_errors
-from conftest import CORPUS, MODELS, gym_assets, mjx_test_data
+from conftest import CORPUS, MODELS, gym_assets, mjx_test_data, visible_xml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,12 +59,12 @@ def _corpus_models():
     paths = []
     if CORPUS.exists():
         if FULL:
-            paths += sorted(CORPUS.rglob("*.xml"))
+            paths += visible_xml(CORPUS)
         else:
             paths += [CORPUS / p for p in SLICE if (CORPUS / p).exists()]
     for extra in (gym_assets(), mjx_test_data()):
         if extra is not None:
-            found = sorted(extra.rglob("*.xml"))
+            found = visible_xml(extra)
             paths += found if FULL else found[:: max(1, len(found) // 8)]
     # the 1000-body pile takes ~40 s to compile: the full sweep only
     paths += [p for p in sorted(MODELS.glob("*.xml")) if FULL or p.name != "pile1000.xml"]
@@ -152,7 +152,7 @@ def test_mujoco_invalid_models_raise():
         pytest.skip("corpus not available")
     # every corpus file MuJoCo rejects (malformed meshes, bad attributes, attach conflicts,
     # ...), except include fragments, which are not models by themselves
-    invalid = [p for p in sorted(CORPUS.rglob("*.xml"))
+    invalid = [p for p in visible_xml(CORPUS)
                if p.read_text(errors="replace").lstrip().startswith("<mujoco")
                and not _loads_in_mujoco(p)]
     assert len(invalid) >= 10

@@ -24,7 +24,7 @@ import jaxsim
 from jaxsim import rne
 from jaxsim.forward import integrate
 from jaxsim.types import Integrator, Warning
-from tests.conftest import CORPUS, MODELS, gym_assets, mjx_test_data
+from tests.conftest import CORPUS, MODELS, gym_assets, mjx_test_data, visible_xml
 
 TOL = 1e-8
 ALL = os.environ.get("JAXSIM_TEST_ALL") == "1"
@@ -166,7 +166,7 @@ def _sweep():
         paths.append(MJX / "humanoid" / "humanoid.xml")
     if TESTDATA.exists():
         paths += sorted((TESTDATA / "derivative").glob("*.xml"))
-        for p in sorted(TESTDATA.rglob("*.xml")):
+        for p in visible_xml(TESTDATA):
             try:
                 text = p.read_text()
             except UnicodeDecodeError:
