@@ -9,6 +9,7 @@ XLA's timing logs on (TF_CPP_VMODULE) and the optimized HLO dumped, then prints:
 with their source lines, and the kernel count and LLVM time by source function. XLA:CPU
 compiles each fusion as its own LLVM module, so both the number of kernels and a few
 expensive ones (minor-axis concatenates, see math.stack_last) show up here.
+(profile_step.py --what kernels counts the kernels without compiling them twice.)
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+from profile_step import Frames  # the same source mapping as its kernel counts
 
 _CHILD = r"""
 import os, sys, time
@@ -44,33 +47,6 @@ _UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 def _seconds(v: str, unit: str) -> float:
     return float(v) * _UNIT[unit]
-
-
-def _section(hlo: str, name: str) -> str:
-    return hlo.split("\n" + name + "\n", 1)[1].split("\n\n", 1)[0]
-
-
-def _frames(hlo: str):
-    """stack_frame_id -> list of 'file:line:function' (innermost first), jaxsim files only."""
-    files = dict(re.findall(r'^(\d+) "(.*)"$', _section(hlo, "FileNames"), re.M))
-    funcs = dict(re.findall(r'^(\d+) "(.*)"$', _section(hlo, "FunctionNames"), re.M))
-    locs = {m.group(1): (files[m.group(2)], funcs[m.group(3)], m.group(4)) for m in re.finditer(
-        r"^(\d+) \{file_name_id=(\d+) function_name_id=(\d+) line=(\d+)",
-        _section(hlo, "FileLocations"), re.M)}
-    parent = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
-        r"^(\d+) \{file_location_id=(\d+)(?: parent_frame_id=(\d+))?",
-        _section(hlo, "StackFrames"), re.M)}
-
-    def chain(fid):
-        out = []
-        while fid in parent:
-            loc, par = parent[fid]
-            f, fn, ln = locs[loc]
-            if "/jaxsim/" in f:
-                out.append(f"{f.split('/jaxsim/')[-1]}:{ln}:{fn}")
-            fid = None if par in (None, fid) else par
-        return out
-    return chain
 
 
 def main(argv=None) -> None:
@@ -106,20 +82,16 @@ def main(argv=None) -> None:
     kernels.sort(reverse=True)
     print(f"  LLVM: {len(kernels)} kernels, {sum(t for t, _ in kernels):.1f} s summed over "
           "the compile threads")
-    chain = _frames(hlo) if hlo else (lambda fid: [])
-    frame_of = {}
-    for line in hlo.splitlines():
-        if line.startswith("  %"):
-            f = re.search(r"stack_frame_id=(\d+)", line)
-            frame_of[line[3:line.index(" ", 3)]] = f.group(1) if f else None
-    where = {k: chain(frame_of.get(k)) for _, k in kernels}
+    frames = Frames(hlo)
+    line_of = {ln[3:ln.index(" ", 3)]: ln for ln in hlo.splitlines() if ln.startswith("  %")}
+    where = {k: frames.of(line_of.get(k, "")) for _, k in kernels}
     print(f"\nslowest {a.top} kernels (s, kernel, source: innermost first)")
     for t, k in kernels[:a.top]:
-        print(f"  {t:6.2f}  {k:42s} {' < '.join(where[k][:3]) or '(no source: XLA-made)'}")
+        print(f"  {t:6.2f}  {k:42s} {where[k] if where[k] != '?' else '(no source: XLA-made)'}")
     count, total = collections.Counter(), collections.Counter()
     for t, k in kernels:
-        src = where[k][0].rsplit(":", 2) if where[k] else None
-        key = f"{src[0]}:{src[2]}" if src else "(no source: XLA-made)"
+        inner = where[k].split(" < ")[0]  # "file:line function"
+        key = re.sub(r":\d+", "", inner) if where[k] != "?" else "(no source: XLA-made)"
         count[key] += 1
         total[key] += t
     print("\nkernels and LLVM seconds by source function")
