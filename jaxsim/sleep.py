@@ -4,7 +4,9 @@ A kinematic tree whose velocity stays below `opt.sleep_tolerance` (each dof scal
 dof_length, infinity norm) for MINAWAKE steps is ready to sleep; when every tree of its
 constraint island is ready, the island sleeps: its velocities are zeroed, its positions
 are no longer integrated, collisions within it and with the static world are skipped, and
-its constraint rows vanish. `State.tree_asleep` holds the state as MuJoCo's
+its constraint rows vanish. A contact with a flex needs a dynamically awake side (an awake
+flex, or a body of an awake tree; a mocap body or the world does not count), as MuJoCo's
+broad phase keeps body-flex and flex-flex pairs. `State.tree_asleep` holds the state as MuJoCo's
 `mjData.tree_asleep`: negative while awake (counting up to -1, "ready"), and for a
 sleeping tree the id of the next tree of its island, so each sleeping island is a cycle.
 
@@ -311,6 +313,34 @@ def _wake_at(ta, trees, go, value):
     return wake(ta, hit, val)
 
 
+def _flex_first_tree(m: Model) -> np.ndarray:
+    """(nflex,) tree of each flex's first vertex body with degrees of freedom (-1: none):
+    the sleep state of the whole flex (MuJoCo: mj_sleepState for mjOBJ_FLEX)."""
+    bt = _i(m.body_treeid)
+    vb = _i(m.flex_vertbodyid)
+    out = np.full(m.nflex, -1, np.int32)
+    for f in range(m.nflex):
+        trees = bt[vb[_i(m.flex_vertadr)[f]:][:_i(m.flex_vertnum)[f]]]
+        dyn = trees[trees >= 0]
+        out[f] = dyn[0] if dyn.size else -1
+    return out
+
+
+def _flex_pair_awake(m: Model, c, t: jax.Array, ta: jax.Array) -> jax.Array:
+    """(ncon,) bool: False for a contact with a flex side where neither side is dynamically
+    awake, i.e. neither an awake flex nor a body of an awake tree (a mocap body, the world
+    or a sleeping tree does not count). MuJoCo's broad phase skips such body-flex and
+    flex-flex pairs, so they neither exist nor wake anything."""
+    if not m.nflex:
+        return jnp.ones(c.active.shape, bool)
+    is_flex = (c.geom < 0) & (c.flex >= 0)
+    ft = jnp.asarray(_flex_first_tree(m))[jnp.clip(c.flex, 0, m.nflex - 1)]
+    flex_awake = (ft >= 0) & (ta[jnp.maximum(ft, 0)] < 0)
+    body_awake = (t >= 0) & (ta[jnp.maximum(t, 0)] < 0)
+    side = jnp.where(is_flex, flex_awake, body_awake)
+    return ~jnp.any(is_flex, axis=1) | jnp.any(side, axis=1)
+
+
 def wake_collision(m: Model, d: State) -> State:
     """Wakes sleeping trees touched by an awake tree or a mocap body, then drops the
     contacts MuJoCo does not generate: within sleeping trees and between a sleeping tree
@@ -324,7 +354,9 @@ def wake_collision(m: Model, d: State) -> State:
     t = _tree_of_body(m, b)
     bs = body_state(m, ta)
     st = bs[b]
-    on = c.active
+    # a pair with a flex is generated only when one side is dynamically awake (mj_broadphase;
+    # the second pass after waking applies the test again with the new states, below)
+    on = c.active & _flex_pair_awake(m, c, t, ta)
     tree_awake = jnp.where(t >= 0, ta[jnp.maximum(t, 0)] < 0, False)
     # contact with a dof-less body: wake if that body is awake (mocap)
     one_static = (t[:, 0] < 0) ^ (t[:, 1] < 0)
@@ -346,7 +378,7 @@ def wake_collision(m: Model, d: State) -> State:
     world = jnp.asarray(_i(m.body_weldid))[b] == 0
     drop = (asleep[:, 0] & asleep[:, 1]) | (asleep[:, 0] & world[:, 1]) | (
         asleep[:, 1] & world[:, 0])
-    keep = on & ~drop
+    keep = c.active & ~drop & _flex_pair_awake(m, c, t, ta)
     con = c.replace(active=keep, exclude=c.exclude & keep)
     return d.replace(tree_asleep=ta, contact=con, ncon=jnp.sum(keep).astype(jnp.int32))
 

@@ -90,6 +90,10 @@ def test_init_island_that_cannot_sleep_warns_and_stays_awake():
     ("equality.xml", 600, 1e-6),  # connect and weld islands, woken through equalities
     pytest.param("tendon2.xml", 400, 1e-9, marks=_slow),  # limited tendon between trees
     ("sensor.xml", 300, 1e-6),  # sensors of sleeping bodies keep their values
+    # a flex asleep on a mocap sphere: no flex pair without a dynamically awake side
+    ("flex_mocap.xml", 200, 1e-9),
+    # a ball wakes a sleeping flex, whose floor contacts return in the same step
+    ("flex_contact.xml", 200, 1e-9),
 ])
 def test_rollout_matches_mujoco(step, name, nstep, tol):
     ref, model = _pair(name)
