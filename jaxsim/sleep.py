@@ -6,8 +6,8 @@ constraint island is ready, the island sleeps: its velocities are zeroed, its po
 are no longer integrated, collisions within it and with the static world are skipped, and
 its constraint rows vanish. A contact with a flex needs a dynamically awake side (an awake
 flex, or a body of an awake tree; a mocap body or the world does not count), as MuJoCo's
-broad phase keeps body-flex and flex-flex pairs. `State.tree_asleep` holds the state as MuJoCo's
-`mjData.tree_asleep`: negative while awake (counting up to -1, "ready"), and for a
+broad phase keeps body-flex and flex-flex pairs. `State.tree_asleep` holds the state as
+MuJoCo's `mjData.tree_asleep`: negative while awake (counting up to -1, "ready"), and for a
 sleeping tree the id of the next tree of its island, so each sleeping island is a cycle.
 
 Waking happens in the position stage, as MuJoCo: a sleeping island wakes when a tree of
@@ -316,14 +316,17 @@ def _wake_at(ta, trees, go, value):
 def _flex_first_tree(m: Model) -> np.ndarray:
     """(nflex,) tree of each flex's first vertex body with degrees of freedom (-1: none):
     the sleep state of the whole flex (MuJoCo: mj_sleepState for mjOBJ_FLEX)."""
-    bt = _i(m.body_treeid)
-    vb = _i(m.flex_vertbodyid)
+    trees = _i(m.body_treeid)[_i(m.flex_vertbodyid)]
     out = np.full(m.nflex, -1, np.int32)
-    for f in range(m.nflex):
-        trees = bt[vb[_i(m.flex_vertadr)[f]:][:_i(m.flex_vertnum)[f]]]
-        dyn = trees[trees >= 0]
+    for f, (adr, num) in enumerate(zip(_i(m.flex_vertadr), _i(m.flex_vertnum), strict=True)):
+        dyn = trees[adr:adr + num][trees[adr:adr + num] >= 0]
         out[f] = dyn[0] if dyn.size else -1
     return out
+
+
+def _awake(trees: jax.Array, ta: jax.Array) -> jax.Array:
+    """Whether each tree id (-1: none, never awake) is awake."""
+    return (trees >= 0) & (ta[jnp.maximum(trees, 0)] < 0)
 
 
 def _flex_pair_awake(m: Model, c, t: jax.Array, ta: jax.Array) -> jax.Array:
@@ -335,9 +338,7 @@ def _flex_pair_awake(m: Model, c, t: jax.Array, ta: jax.Array) -> jax.Array:
         return jnp.ones(c.active.shape, bool)
     is_flex = (c.geom < 0) & (c.flex >= 0)
     ft = jnp.asarray(_flex_first_tree(m))[jnp.clip(c.flex, 0, m.nflex - 1)]
-    flex_awake = (ft >= 0) & (ta[jnp.maximum(ft, 0)] < 0)
-    body_awake = (t >= 0) & (ta[jnp.maximum(t, 0)] < 0)
-    side = jnp.where(is_flex, flex_awake, body_awake)
+    side = jnp.where(is_flex, _awake(ft, ta), _awake(t, ta))
     return ~jnp.any(is_flex, axis=1) | jnp.any(side, axis=1)
 
 
@@ -357,7 +358,7 @@ def wake_collision(m: Model, d: State) -> State:
     # a pair with a flex is generated only when one side is dynamically awake (mj_broadphase;
     # the second pass after waking applies the test again with the new states, below)
     on = c.active & _flex_pair_awake(m, c, t, ta)
-    tree_awake = jnp.where(t >= 0, ta[jnp.maximum(t, 0)] < 0, False)
+    tree_awake = _awake(t, ta)
     # contact with a dof-less body: wake if that body is awake (mocap)
     one_static = (t[:, 0] < 0) ^ (t[:, 1] < 0)
     dyn = jnp.where(t[:, 0] >= 0, 0, 1)
