@@ -474,21 +474,24 @@ def test_vmapped_worlds_stop_independently():
     assert len(set(niters)) > 1, niters
 
 
-_BALLS = """<mujoco><option solver="{solver}" cone="{cone}" iterations="{it}" tolerance="{tol}"/>
+_BALLS = """<mujoco><option solver="{solver}" cone="{cone}" iterations="{it}" tolerance="{tol}"
+  noslip_iterations="{noslip}"/>
   <worldbody><geom type="plane" size="5 5 .1"/>{balls}</worldbody></mujoco>"""
 
 
-@pytest.mark.parametrize("solver_,cone,it,tol", [("Newton", "pyramidal", 100, 1e-12),
-                                                 ("PGS", "elliptic", 2000, 1e-15)])
-def test_compact_problem_and_full_fallback(solver_, cone, it, tol):
+@pytest.mark.parametrize("solver_,cone,it,tol,noslip", [
+    ("Newton", "pyramidal", 100, 1e-12, 0), ("PGS", "elliptic", 2000, 1e-15, 0),
+    ("Newton", "elliptic", 100, 1e-12, 20)])
+def test_compact_problem_and_full_fallback(solver_, cone, it, tol, noslip):
     """12 free balls: 78 contact slots, of which a world uses a few. With the compact
     problem on (`ncompact=-1`, automatic, the default), worlds with at most 8
     active contacts are solved on the compact problem, the others (a packed row of balls)
     on the whole one; batched, the whole problem runs only for those worlds. Every world
-    matches MuJoCo, batched and alone."""
+    matches MuJoCo, batched and alone. The batch (20 worlds) is large enough for the
+    iterative loops' batched form (jaxsim.loops), PGS's and noslip's included."""
     balls = "".join(f'<body pos="{i % 4 * 0.5} {i // 4 * 0.5} .2"><freejoint/>'
                     f'<geom size=".1" condim="{3 + (i % 2)}"/></body>' for i in range(12))
-    xml = _BALLS.format(solver=solver_, cone=cone, it=it, tol=tol, balls=balls)
+    xml = _BALLS.format(solver=solver_, cone=cone, it=it, tol=tol, noslip=noslip, balls=balls)
     m = mujoco.MjModel.from_xml_string(xml)
     model = jaxsim.load_string(xml, dtype=jnp.float64)
     fw = sys.modules["jaxsim.forward"]
