@@ -142,9 +142,10 @@ def _constraint_stage(m: Model, d: State):
 
 # The compact problem compiles the rows and the solver a second time; it pays off with large
 # contact buffers. Measured at batch 1024, float32, 100 steps, XLA's default flags: the
-# gymnasium ant (25 slots, 8 compact) compile 13.7 -> 17.6 s, 4867 -> 6299 steps/s; the
-# gymnasium humanoid (190 slots, 11 compact, PGS) compile 18.4 -> 21.0 s, 1199 -> 1829
-# steps/s. Automatic (`model.ncompact` -1, the default): on for buffers of at least
+# gymnasium ant (25 slots, 8 compact) compile 26.1 -> 43.5 s, 3228 -> 3812 steps/s
+# (2026-11-29; the compile figures of 9cc5f12, 13.7 -> 17.6 s, no longer hold); the
+# gymnasium humanoid (190 slots, 11 compact, PGS) 1199 -> 1829 steps/s at 9cc5f12, not
+# re-measured since. Automatic (`model.ncompact` -1, the default): on for buffers of at least
 # _COMPACT_AUTO slots, with a sixteenth of them, at least _COMPACT_MIN, when that is at most
 # a third; 0 off; a positive value is the slot count.
 _COMPACT_MIN = 8
