@@ -435,3 +435,34 @@ def test_contact_order_is_mujocos(flag):
     out = _ours(jaxsim.load_string(xml, dtype=jnp.float64), d.qpos)
     act = np.asarray(out.contact.active)
     assert np.asarray(out.contact.geom)[act].tolist() == d.contact.geom[:d.ncon].tolist()
+
+
+def test_broadphase_frame_float32_stops():
+    """The broad phase's principal-axis frame (mju_eig3's Jacobi rotations) in float32: the
+    loop stops within a few rotations once the next rotation is below float32's
+    resolution (it used to repeat that null rotation up to mju_eig3's 500-iteration bound,
+    in nearly every world of a batched gymnasium humanoid), and the frame still
+    diagonalises the matrix, with numpy's eigenvalues in decreasing order."""
+    from jaxsim.collision import broadphase
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(200, 3, 3))
+    scale = 10.0 ** rng.uniform(-3, 1, size=(200, 1, 1))
+    cov = scale * np.einsum("bij,bkj->bik", a, a) / 3
+    # the covariance of the gymnasium humanoid's geom centres (a world that ran to 500)
+    cov[0] = [[1.6975392e-02, -3.6439870e-04, 2.8661901e-02],
+              [-3.6439870e-04, 2.1721853e-02, -1.4158031e-04],
+              [2.8661901e-02, -1.4158031e-04, 2.2486360e-01]]
+    c32 = jnp.asarray(cov, jnp.float32)
+    _, _, its = jax.jit(jax.vmap(broadphase._jacobi))(c32)
+    assert int(jnp.max(its)) <= 20, np.asarray(its)
+    frame = np.asarray(jax.jit(jax.vmap(broadphase.eig3_frame))(c32), np.float64)
+    d = np.einsum("bji,bjk,bkl->bil", frame, cov, frame)
+    tr = np.trace(cov, axis1=1, axis2=2)[:, None]
+    off = np.abs(d - np.einsum("bii->bi", d)[:, :, None] * np.eye(3))
+    # the rotation angle comes from its cosine, so float32 cannot turn by less than about
+    # 2e-4 rad: that is what remains off the diagonal (unchanged by the early stop; a loop
+    # stopped before converging would leave entries of the order of the trace)
+    assert np.all(off.max(axis=(1, 2)) <= 1e-3 * tr[:, 0])
+    ref = np.linalg.eigvalsh(cov)[:, ::-1]
+    assert np.all(np.abs(np.einsum("bii->bi", d) - ref) <= 1e-5 * tr)

@@ -52,10 +52,9 @@ def _normalize4(q):
     return jnp.where(n < 1e-15, jnp.array([1.0, 0, 0, 0], q.dtype), q / jnp.where(n > 0, n, 1))
 
 
-def eig3_frame(cov: jax.Array) -> jax.Array:
-    """MuJoCo's mju_eig3 on a symmetric 3 x 3 matrix: the rotation whose columns are the
-    eigenvectors, eigenvalues in decreasing order (Jacobi rotations accumulated in a
-    quaternion, MuJoCo's stopping rules and ordering swaps)."""
+def _jacobi(cov: jax.Array):
+    """mju_eig3's Jacobi rotations on a symmetric 3 x 3 matrix: (quaternion, stopped,
+    iterations)."""
     dt = cov.dtype
     eps = jnp.asarray(EIG_EPS, dt)
     low = jnp.finfo(dt).bits < 64  # float64 keeps MuJoCo's rules exactly
@@ -87,6 +86,11 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         t = jnp.where(tau >= 0, 1.0 / (tau + root), -1.0 / (-tau + root))
         c = 1.0 / jnp.sqrt(1 + t * t)
         stop = stop | (c > 1.0 - eps)
+        if low:
+            # a rotation too small for the working precision: c rounds to 1, s to 0, and
+            # the loop would repeat the same step to EIG_ITER (it did in nearly every
+            # world of the gymnasium humanoid in float32)
+            stop = stop | (c >= 1.0)
         s = jnp.sqrt(jnp.maximum(0.5 - 0.5 * c, 0.0))
         s = jnp.where(tau >= 0, -s, s)
         s = jnp.where(rotk == 1, -s, s)
@@ -96,9 +100,19 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
         return jnp.where(stop, q, qn), stop, it + 1
 
     q0 = jnp.array([1.0, 0.0, 0.0, 0.0], dt)
-    q, _, _ = lax.while_loop(lambda st: ~st[1] & (st[2] < EIG_ITER), body,
-                             (q0, jnp.asarray(False), jnp.asarray(0)))
-    val = jnp.diagonal(diag(q))
+    return lax.while_loop(lambda st: ~st[1] & (st[2] < EIG_ITER), body,
+                          (q0, jnp.asarray(False), jnp.asarray(0)))
+
+
+def eig3_frame(cov: jax.Array) -> jax.Array:
+    """MuJoCo's mju_eig3 on a symmetric 3 x 3 matrix: the rotation whose columns are the
+    eigenvectors, eigenvalues in decreasing order (Jacobi rotations accumulated in a
+    quaternion, MuJoCo's stopping rules and ordering swaps)."""
+    dt = cov.dtype
+    eps = jnp.asarray(EIG_EPS, dt)
+    q, _, _ = _jacobi(cov)
+    r = _quat2mat(q)
+    val = jnp.diagonal(r.T @ cov @ r)
     c45 = jnp.asarray(0.707106781186548, dt)
     for j in range(3):  # MuJoCo's three bubble-sort passes (0, 1, 0)
         j1 = j % 2
