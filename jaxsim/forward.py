@@ -175,7 +175,7 @@ def _compact_stage(m: Model, d: State, p, kc: int):
     def small(m, d):
         c = d.contact
         on = c.active & ~c.exclude
-        sel = jnp.argsort(~on, stable=True)[:kc]
+        sel = loops.true_first(on, kc)
         valid = on[sel]
         cs = jax.tree.map(lambda x: x[sel], c)
         out = _constraint_stage(m, d.replace(contact=cs.replace(active=cs.active & valid)))

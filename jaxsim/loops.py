@@ -93,6 +93,20 @@ class _Fn:
         return jax.tree.unflatten(self.tree, out)
 
 
+def true_first(mask: jax.Array, k: int) -> jax.Array:
+    """`jnp.argsort(~mask, stable=True)[:k]` of a 1-D boolean mask, without a sort: the
+    indices of the true entries in order, then those of the false ones, from a running count
+    and a scatter (the comparison sort is far slower on the CPU: 1024 masks of 190 contact
+    slots, 15 -> 1.9 ms; one mask of 1024 worlds, 0.21 -> 0.04 ms)."""
+    n = mask.shape[0]
+    assert k <= n, (k, n)
+    at = jnp.arange(n, dtype=jnp.int32)
+    c = jnp.cumsum(mask.astype(jnp.int32))
+    rank = jnp.where(mask, c - 1, c[-1] + at - c)
+    return jnp.zeros(k, jnp.int32).at[jnp.where(rank < k, rank, k)].set(
+        at, mode="drop", unique_indices=True)
+
+
 def _select(go, new, old):
     return jax.tree.map(
         lambda a, b: jnp.where(go.reshape(go.shape + (1,) * (a.ndim - 1)), a, b), new, old)
@@ -123,7 +137,7 @@ def while_loop(cond, body, init):
 
         def trip(x):
             go = vcond(cc, x)
-            idx = jnp.argsort(~go, stable=True)[:chunk]
+            idx = true_first(go, chunk)
             sub = jax.tree.map(lambda v: v[idx], x)
             new = vbody([v[idx] if f else v for v, f in zip(bc, bb, strict=True)], sub)
             new = _select(go[idx], new, sub)
@@ -167,7 +181,7 @@ def cond(pred, true_fn, false_fn):
 
         def trip(c):
             out, todo = c
-            idx = jnp.argsort(~todo, stable=True)[:chunk]
+            idx = true_first(todo, chunk)
             sub = jax.vmap(f_fn, in_axes=(fax,), axis_size=chunk)(
                 [v[idx] if f else v for v, f in zip(fc, fb, strict=True)])
             go = todo[idx]

@@ -114,3 +114,18 @@ def test_masked_map_values_and_derivatives(batched_mask):
         t, tr = (jax.jvp(lambda x, f=f: f(x, y, mask)[0], (x,), (jnp.ones_like(x),))[1]
                  for f in (fn, ref_fn))
         np.testing.assert_allclose(np.asarray(t), np.asarray(tr), rtol=1e-5, atol=1e-6)
+
+
+def test_true_first_equals_stable_argsort():
+    rng = np.random.default_rng(3)
+    masks = [rng.uniform(size=n) < p for n in (1, 7, 190) for p in (0.0, 0.1, 0.6, 1.0)]
+    for mask in masks:
+        n = mask.size
+        for k in sorted({1, max(1, n // 3), n}):
+            want = np.argsort(~mask, kind="stable")[:k]
+            got = jax.jit(loops.true_first, static_argnums=1)(jnp.asarray(mask), k)
+            np.testing.assert_array_equal(np.asarray(got), want)
+    batch = jnp.asarray(rng.uniform(size=(50, 30)) < 0.2)
+    got = jax.jit(jax.vmap(lambda x: loops.true_first(x, 8)))(batch)
+    np.testing.assert_array_equal(np.asarray(got),
+                                  np.argsort(~np.asarray(batch), axis=1, kind="stable")[:, :8])

@@ -188,8 +188,11 @@ def sap_keep(blo, bhi, b1, b2) -> jax.Array:
     f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
     lo1, hi1, lo2, hi2 = blo[b1], bhi[b1], blo[b2], bhi[b2]
     ok0 = (f32(lo1[..., 0]) <= f32(hi2[..., 0])) & (f32(lo2[..., 0]) <= f32(hi1[..., 0]))
-    ok12 = jnp.all((lo1[..., 1:] <= hi2[..., 1:]) & (lo2[..., 1:] <= hi1[..., 1:]), -1)
-    return ok0 & ok12
+    # the two other axes as explicit conjunctions (a reduction over an axis of 2 is a kernel
+    # of its own on the CPU: 6 ms per call for the gymnasium humanoid's 190 pairs x 1024)
+    ok1 = (lo1[..., 1] <= hi2[..., 1]) & (lo2[..., 1] <= hi1[..., 1])
+    ok2 = (lo1[..., 2] <= hi2[..., 2]) & (lo2[..., 2] <= hi1[..., 2])
+    return ok0 & ok1 & ok2
 
 
 def keep(st: Static, boxes, g1, g2, explicit=False) -> jax.Array:

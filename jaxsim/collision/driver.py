@@ -374,16 +374,24 @@ def _sphere_filter(m: Model, d: State, g1, g2, bound):
     """MuJoCo's mj_filterSphere (True: keep). `bound` is margin + gap."""
     r1, r2 = m.geom_rbound[g1], m.geom_rbound[g2]
     p1, p2 = d.geom_xpos[g1], d.geom_xpos[g2]
+
+    def dot(a, b):  # over the last axis of 3, as multiply-adds (a reduction is a kernel)
+        return a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1] + a[:, 2] * b[:, 2]
+
     dif = p1 - p2
-    far = jnp.sum(dif * dif, -1) > (r1 + r2 + bound) ** 2
+    far = dot(dif, dif) > (r1 + r2 + bound) ** 2
     both = (r1 > 0) & (r2 > 0)
     plane1 = np.asarray(m.geom_type)[g1] == GeomType.PLANE
     plane2 = np.asarray(m.geom_type)[g2] == GeomType.PLANE
-    n1 = d.geom_xmat[g1][:, :, 2]
-    n2 = d.geom_xmat[g2][:, :, 2]
-    far1 = plane1 & (r2 > 0) & (jnp.sum((p2 - p1) * n1, -1) > bound + r2)
-    far2 = plane2 & (r1 > 0) & (jnp.sum((p1 - p2) * n2, -1) > bound + r1)
-    return ~jnp.where(both, far, far1 | far2)
+    out = ~jnp.where(both, far, False)
+    # a plane's side: only the pairs with a plane (static), by its normal (z column)
+    for plane, ga, rb, sgn in ((plane1, g1, r2, -1.0), (plane2, g2, r1, 1.0)):
+        k = np.nonzero(plane)[0]
+        if k.size:
+            n = d.geom_xmat[ga[k], :, 2]
+            beyond = (rb[k] > 0) & (sgn * dot(dif[k], n) > bound[k] + rb[k])
+            out = out.at[k].set(out[k] & ~(~both[k] & beyond))
+    return out
 
 
 def _side_tables(m: Model):
