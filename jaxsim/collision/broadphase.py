@@ -52,6 +52,12 @@ def _normalize4(q):
     return jnp.where(n < 1e-15, jnp.array([1.0, 0, 0, 0], q.dtype), q / jnp.where(n > 0, n, 1))
 
 
+def _rotated(cov: jax.Array, q: jax.Array) -> jax.Array:
+    """R' cov R for the rotation of quaternion q."""
+    r = _quat2mat(q)
+    return r.T @ cov @ r
+
+
 def _jacobi(cov: jax.Array):
     """mju_eig3's Jacobi rotations on a symmetric 3 x 3 matrix: (quaternion, stopped,
     iterations)."""
@@ -59,13 +65,9 @@ def _jacobi(cov: jax.Array):
     eps = jnp.asarray(EIG_EPS, dt)
     low = jnp.finfo(dt).bits < 64  # float64 keeps MuJoCo's rules exactly
 
-    def diag(q):
-        r = _quat2mat(q)
-        return r.T @ cov @ r
-
     def body(st):
         q, _, it = st
-        dmat = diag(q)
+        dmat = _rotated(cov, q)
         a01, a02, a12 = jnp.abs(dmat[0, 1]), jnp.abs(dmat[0, 2]), jnp.abs(dmat[1, 2])
         first = (a01 > a02) & (a01 > a12)
         second = ~first & (a02 > a12)
@@ -111,8 +113,7 @@ def eig3_frame(cov: jax.Array) -> jax.Array:
     dt = cov.dtype
     eps = jnp.asarray(EIG_EPS, dt)
     q, _, _ = _jacobi(cov)
-    r = _quat2mat(q)
-    val = jnp.diagonal(r.T @ cov @ r)
+    val = jnp.diagonal(_rotated(cov, q))
     c45 = jnp.asarray(0.707106781186548, dt)
     for j in range(3):  # MuJoCo's three bubble-sort passes (0, 1, 0)
         j1 = j % 2

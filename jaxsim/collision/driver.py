@@ -383,7 +383,7 @@ def _sphere_filter(m: Model, d: State, g1, g2, bound):
     both = (r1 > 0) & (r2 > 0)
     plane1 = np.asarray(m.geom_type)[g1] == GeomType.PLANE
     plane2 = np.asarray(m.geom_type)[g2] == GeomType.PLANE
-    out = ~jnp.where(both, far, False)
+    out = ~(both & far)
     # a plane's side: only the pairs with a plane (static), by its normal (z column)
     for plane, ga, rb, sgn in ((plane1, g1, r2, -1.0), (plane2, g2, r1, 1.0)):
         k = np.nonzero(plane)[0]
