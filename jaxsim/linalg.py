@@ -28,7 +28,7 @@ from jaxsim import hostnp
 BLOCK = 48
 
 
-def _chol2(a: jax.Array) -> jax.Array:
+def _chol2_vec(a: jax.Array) -> jax.Array:
     n = a.shape[-1]
     idx = jnp.arange(n)
 
@@ -42,6 +42,109 @@ def _chol2(a: jax.Array) -> jax.Array:
     return lax.fori_loop(0, n, body, jnp.zeros_like(a))
 
 
+# ----------------------------------------------------------------- small-batch kernels
+#
+# The loops above suit a large vmapped batch: each trip is a batched product (XLA hands it
+# to an optimised kernel) and an indexed update, which vmap turns into a scatter with its
+# index and bounds arithmetic, about a dozen kernels per trip. One world, or a few, pays
+# for the kernel count instead (the gymnasium ant at batch 1 ran ~1100 kernels per step in
+# its factorisations). The loops below take the batch as explicit leading dimensions: the
+# column or row update is a plain in-place dynamic-update-slice and the product a
+# multiply-and-sum that fuses with its neighbours (4-5 kernels per trip; 14 x 14 at batch
+# 1: ~22 -> ~6 us). `_chol2` and `_tri2` pick one or the other by batch size (a custom
+# batching rule sees it), so large batches keep the vectorised form.
+
+SMALL_BATCH = 16
+
+
+def _index(x: jax.Array, i, axis: int) -> jax.Array:
+    return lax.dynamic_index_in_dim(x, i, axis=axis, keepdims=False,
+                                    allow_negative_indices=False)
+
+
+def _put(x: jax.Array, v: jax.Array, i, axis: int) -> jax.Array:
+    """x with index i of `axis` replaced by v (v lacks that axis)."""
+    axis = axis % x.ndim
+    start = [jnp.zeros((), jnp.int32)] * x.ndim
+    start[axis] = jnp.asarray(i, jnp.int32)
+    return lax.dynamic_update_slice(x, jnp.expand_dims(v, axis), start,
+                                    allow_negative_indices=False)
+
+
+def _chol2_loop(a: jax.Array) -> jax.Array:
+    """_chol2_vec over explicit leading batch dimensions of a (..., n, n)."""
+    n = a.shape[-1]
+    idx = jnp.arange(n)
+    at = jnp.swapaxes(a, -1, -2)
+
+    def body(j, L):
+        # L's columns from j on are still zero, so row j holds its finished part only
+        lj = _index(L, j, -2)
+        col = _index(at, j, -2) - jnp.sum(L * lj[..., None, :], axis=-1)
+        d = jnp.sqrt(_index(col, j, -1))[..., None]
+        new = jnp.where(idx > j, col / d, jnp.where(idx == j, d, 0.0))
+        return _put(L, new, j, -1)
+
+    return lax.fori_loop(0, n, body, jnp.zeros_like(a))
+
+
+def _tri2_loop(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+    """_tri2_vec over explicit leading batch dimensions of A (..., n, n), B (..., n, k)."""
+    n = A.shape[-1]
+    idx = jnp.arange(n)
+
+    def body(i, X):
+        r = i if lower else n - 1 - i
+        row = jnp.where((idx < r) if lower else (idx > r), _index(A, r, -2), 0.0)
+        s = _index(B, r, -2) - jnp.sum(row[..., :, None] * X, axis=-2)
+        if not unit:
+            s = s / _index(_index(A, r, -2), r, -1)[..., None]
+        return _put(X, s, r, -2)
+
+    return lax.fori_loop(0, n, body, jnp.zeros_like(B))
+
+
+@jax.custom_batching.custom_vmap
+def _chol2(a: jax.Array) -> jax.Array:
+    return _chol2_loop(a)
+
+
+@_chol2.def_vmap
+def _chol2_batched(axis_size, in_batched, a):
+    if not in_batched[0]:
+        return _chol2(a), False
+    if axis_size <= SMALL_BATCH:
+        return _chol2_loop(a), True
+    return jax.vmap(_chol2_vec)(a), True
+
+
+def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+    return _tri2_fns[lower, unit](A, B)
+
+
+def _make_tri2(lower: bool, unit: bool):
+    @jax.custom_batching.custom_vmap
+    def tri(A, B):
+        return _tri2_loop(A, B, lower, unit)
+
+    @tri.def_vmap
+    def rule(axis_size, in_batched, A, B):
+        ab, bb = in_batched
+        if not (ab or bb):
+            return tri(A, B), False
+        if axis_size <= SMALL_BATCH:
+            A = A if ab else jnp.broadcast_to(A, (axis_size,) + A.shape)
+            B = B if bb else jnp.broadcast_to(B, (axis_size,) + B.shape)
+            return _tri2_loop(A, B, lower, unit), True
+        return jax.vmap(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
+                        in_axes=(0 if ab else None, 0 if bb else None))(A, B), True
+
+    return tri
+
+
+_tri2_fns = {(lo, un): _make_tri2(lo, un) for lo in (False, True) for un in (False, True)}
+
+
 def cholesky(a: jax.Array) -> jax.Array:
     """Lower Cholesky factor L (L L' = a) of symmetric positive definite `a` (..., n, n).
 
@@ -52,23 +155,45 @@ def cholesky(a: jax.Array) -> jax.Array:
         return a
     if hostnp.on_host():
         return hostnp.jnp.linalg.cholesky(a)
-    return jnp.vectorize(_chol_blocked, signature="(n,n)->(n,n)")(a)
+    return jnp.vectorize(_chol, signature="(n,n)->(n,n)")(a)
 
 
-def _chol_blocked(a: jax.Array) -> jax.Array:
+@jax.custom_jvp
+def _chol(a: jax.Array) -> jax.Array:
+    return _chol_blocked(a, True)
+
+
+@_chol.defjvp
+def _chol_jvp(primals, tangents):
+    # dL = L Phi(L^-1 dA L^-T), Phi: the strict lower triangle plus half the diagonal; dA
+    # symmetric from its lower triangle (what the factorisation reads). The tangent goes
+    # through the vectorised loops, which transpose (reverse mode); the small-batch ones
+    # do not.
+    (a,), (da,) = primals, tangents
+    L = _chol(a)
+    da = jnp.tril(da) + jnp.tril(da, -1).T
+    y = _tri_blocked(L, da, True, False, False)
+    x = _tri_blocked(L, y.T, True, False, False).T
+    phi = jnp.tril(x, -1) + 0.5 * jnp.diag(jnp.diagonal(x))
+    return L, L @ phi
+
+
+def _chol_blocked(a: jax.Array, fast: bool) -> jax.Array:
+    """Cholesky of one matrix; `fast` picks the loops by batch size (not differentiable)
+    rather than the vectorised ones (differentiable)."""
     n = a.shape[-1]
     if n <= BLOCK:
-        return _chol2(a)
+        return _chol2(a) if fast else _chol2_vec(a)
     h = n // 2
-    L11 = _chol_blocked(a[:h, :h])
+    L11 = _chol_blocked(a[:h, :h], fast)
     # L21 L11' = A21
-    L21 = _tri_blocked(L11, a[h:, :h].T, lower=True, unit=False).T
-    L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T)
+    L21 = _tri_blocked(L11, a[h:, :h].T, True, False, fast).T
+    L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T, fast)
     top = jnp.concatenate([L11, jnp.zeros((h, n - h), a.dtype)], axis=1)
     return jnp.concatenate([top, jnp.concatenate([L21, L22], axis=1)], axis=0)
 
 
-def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+def _tri2_vec(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
     n = A.shape[0]
     idx = jnp.arange(n)
 
@@ -82,26 +207,30 @@ def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
     return lax.fori_loop(0, n, body, jnp.zeros_like(B))
 
 
-def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool,
+                 fast: bool) -> jax.Array:
     n = A.shape[0]
     if n <= BLOCK:
-        return _tri2(A, B, lower, unit)
+        return _tri2(A, B, lower, unit) if fast else _tri2_vec(A, B, lower, unit)
     h = n // 2
     if lower:
-        X1 = _tri_blocked(A[:h, :h], B[:h], lower, unit)
-        X2 = _tri_blocked(A[h:, h:], B[h:] - A[h:, :h] @ X1, lower, unit)
+        X1 = _tri_blocked(A[:h, :h], B[:h], lower, unit, fast)
+        X2 = _tri_blocked(A[h:, h:], B[h:] - A[h:, :h] @ X1, lower, unit, fast)
     else:
-        X2 = _tri_blocked(A[h:, h:], B[h:], lower, unit)
-        X1 = _tri_blocked(A[:h, :h], B[:h] - A[:h, h:] @ X2, lower, unit)
+        X2 = _tri_blocked(A[h:, h:], B[h:], lower, unit, fast)
+        X1 = _tri_blocked(A[:h, :h], B[:h] - A[:h, h:] @ X2, lower, unit, fast)
     return jnp.concatenate([X1, X2], axis=0)
 
 
 def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: bool = False,
-                     unit_diagonal: bool = False) -> jax.Array:
+                     unit_diagonal: bool = False, fast: bool = False) -> jax.Array:
     """Solves op(a) x = b for triangular `a` (..., n, n); op(a) = a, or a' when `trans`.
 
     Only the triangle named by `lower` is read (the other one and, with `unit_diagonal`,
-    the diagonal may hold anything finite). b is (..., n) or (..., n, k).
+    the diagonal may hold anything finite). b is (..., n) or (..., n, k). With `fast` the
+    loops are chosen by batch size (fewer kernels for small batches) and the result is not
+    differentiable: for solves inside the solvers' loops, whose derivatives come from
+    elsewhere.
     """
     n = a.shape[-1]
     if not n:
@@ -117,17 +246,18 @@ def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: b
     # triangle (n right-hand sides) and apply it in one product that reads B once
     many = B.shape[-1] > n
     rhs = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape) if many else B
-    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
+    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal, fast),
                         signature="(n,n),(n,k)->(n,k)")(A, rhs)
     if many:
         out = jnp.matmul(out, B, precision=lax.Precision.HIGHEST)
     return out[..., 0] if vec else out
 
 
-def cho_solve(L: jax.Array, b: jax.Array) -> jax.Array:
-    """Solves (L L') x = b given the lower Cholesky factor L (..., n, n); b (..., n[, k])."""
-    y = solve_triangular(L, b, lower=True)
-    return solve_triangular(L, y, lower=True, trans=True)
+def cho_solve(L: jax.Array, b: jax.Array, fast: bool = False) -> jax.Array:
+    """Solves (L L') x = b given the lower Cholesky factor L (..., n, n); b (..., n[, k]).
+    `fast` as solve_triangular's."""
+    y = solve_triangular(L, b, lower=True, fast=fast)
+    return solve_triangular(L, y, lower=True, trans=True, fast=fast)
 
 
 def _lu_solve2(A: jax.Array, B: jax.Array) -> jax.Array:
@@ -144,7 +274,7 @@ def _lu_solve2(A: jax.Array, B: jax.Array) -> jax.Array:
         return M - f[:, None] * M[j][None, :], R - f[:, None] * R[j][None, :]
 
     U, Y = lax.fori_loop(0, n, eliminate, (A, B))
-    return _tri2(U, Y, lower=False, unit=False)
+    return _tri2_vec(U, Y, lower=False, unit=False)
 
 
 def _solve_blocked(A: jax.Array, B: jax.Array) -> jax.Array:

@@ -78,6 +78,51 @@ def test_solve_triangular(n, lower, trans, unit):
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("batch", [None, 2, linalg.SMALL_BATCH + 4])
+@pytest.mark.parametrize("n", (3, 14, 49))
+def test_loops_by_batch_size(batch, n):
+    """The factorisation and the solves pick their loops by batch size (explicit-batch loops
+    up to SMALL_BATCH worlds, vectorised ones above): unbatched, a small vmapped batch and
+    a large one all equal numpy / scipy, the `fast` solves included, and a matrix that is
+    not positive definite gives NaN from its failing pivot on in every form."""
+    rng = np.random.default_rng(n + (batch or 0))
+    k = batch or 1
+    A = _spd(rng, n, k)
+    A[0, 1, 1] = -A[0, 1, 1]  # world 0: not positive definite at pivot 1
+    b = rng.normal(size=(k, n))
+
+    def run(A, b):
+        L = linalg.cholesky(A)
+        outs = [L]
+        for lower in (True, False):
+            T = L if lower else L.T
+            for trans in (False, True):
+                for unit in (False, True):
+                    outs.append(linalg.solve_triangular(T, b, lower=lower, trans=trans,
+                                                        unit_diagonal=unit, fast=True))
+        return outs
+
+    outs = jax.jit(run)(A[0], b[0]) if batch is None else jax.jit(jax.vmap(run))(A, b)
+    outs = [np.asarray(o).reshape((k,) + o.shape[-2 if i == 0 else -1:]) for i, o in
+            enumerate(outs)]
+    for w in range(k):
+        L = outs[0][w]
+        if w == 0:
+            assert np.isnan(L[1:, 1]).all() and np.isfinite(L[:, 0]).all()
+            continue
+        Lref = np.linalg.cholesky(A[w])
+        np.testing.assert_allclose(L, Lref, rtol=1e-10, atol=1e-10)
+        i = 1
+        for lower in (True, False):
+            T = Lref if lower else Lref.T
+            for trans in (False, True):
+                for unit in (False, True):
+                    ref = sl.solve_triangular(T, b[w], lower=lower, trans=int(trans),
+                                              unit_diagonal=unit)
+                    np.testing.assert_allclose(outs[i][w], ref, rtol=1e-9, atol=1e-11)
+                    i += 1
+
+
 @pytest.mark.parametrize("n", SIZES)
 def test_solve_general(n):
     rng = np.random.default_rng(3 * n)
