@@ -21,6 +21,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from jaxsim import hostnp
 
@@ -115,34 +117,63 @@ def _chol2_batched(axis_size, in_batched, a):
         return _chol2(a), False
     if axis_size <= SMALL_BATCH:
         return _chol2_loop(a), True
-    return jax.vmap(_chol2_vec)(a), True
+    # a may carry more leading dimensions (an inner vmap's small-batch form)
+    return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a), True
+
+
+# The triangular solve is a primitive of its own: its batching rule picks the loops, and
+# it has derivative rules (linear in B; the transpose solves with A'), so every solve,
+# differentiated or not, runs the small-batch loops when the batch is small.
+_tri_p = Primitive("jaxsim_triangular_solve")
+
+
+def _tri_impl(A, B, *, lower, unit):
+    return _tri2_loop(A, B, lower, unit)
+
+
+_tri_p.def_impl(_tri_impl)
+_tri_p.def_abstract_eval(lambda A, B, **_: jax.core.ShapedArray(B.shape, B.dtype))
+mlir.register_lowering(_tri_p, mlir.lower_fun(_tri_impl, multiple_results=False))
+
+
+def _tri_batched(args, dims, *, lower, unit):
+    size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
+    A, B = (x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims, strict=True))
+    if size <= SMALL_BATCH:
+        A, B = (x if d is not None else jnp.broadcast_to(x, (size,) + x.shape)
+                for x, d in zip((A, B), dims, strict=True))
+        return _tri_p.bind(A, B, lower=lower, unit=unit), 0
+    # A and B may carry more leading dimensions (an inner vmap's small-batch form)
+    out = jnp.vectorize(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
+                        signature="(n,n),(n,k)->(n,k)")(A, B)
+    return out, 0
+
+
+def _tri_jvp(primals, tangents, *, lower, unit):
+    # X = A^-1 B: dX = A^-1 (dB - dA X), dA restricted to the entries the solve reads
+    (A, B), (dA, dB) = primals, tangents
+    X = _tri_p.bind(A, B, lower=lower, unit=unit)
+    rhs = ad.instantiate_zeros(dB)
+    if type(dA) is not ad.Zero:
+        dA = jnp.tril(dA, -1 if unit else 0) if lower else jnp.triu(dA, 1 if unit else 0)
+        rhs = rhs - dA @ X
+    return X, _tri_p.bind(A, rhs, lower=lower, unit=unit)
+
+
+def _tri_transpose(ct, A, B, *, lower, unit):
+    assert not ad.is_undefined_primal(A)
+    if type(ct) is ad.Zero:
+        return None, ad.Zero(B.aval)
+    return None, _tri_p.bind(jnp.swapaxes(A, -1, -2), ct, lower=not lower, unit=unit)
+
+
+batching.primitive_batchers[_tri_p] = _tri_batched
+ad.primitive_jvps[_tri_p] = _tri_jvp
+ad.primitive_transposes[_tri_p] = _tri_transpose
 
 
 def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
-    return _tri2_fns[lower, unit](A, B)
-
-
-def _make_tri2(lower: bool, unit: bool):
-    @jax.custom_batching.custom_vmap
-    def tri(A, B):
-        return _tri2_loop(A, B, lower, unit)
-
-    @tri.def_vmap
-    def rule(axis_size, in_batched, A, B):
-        ab, bb = in_batched
-        if not (ab or bb):
-            return tri(A, B), False
-        if axis_size <= SMALL_BATCH:
-            A = A if ab else jnp.broadcast_to(A, (axis_size,) + A.shape)
-            B = B if bb else jnp.broadcast_to(B, (axis_size,) + B.shape)
-            return _tri2_loop(A, B, lower, unit), True
-        return jax.vmap(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
-                        in_axes=(0 if ab else None, 0 if bb else None))(A, B), True
-
-    return tri
-
-
-_tri2_fns = {(lo, un): _make_tri2(lo, un) for lo in (False, True) for un in (False, True)}
+    return _tri_p.bind(A, B, lower=lower, unit=unit)
 
 
 def cholesky(a: jax.Array) -> jax.Array:
@@ -160,35 +191,31 @@ def cholesky(a: jax.Array) -> jax.Array:
 
 @jax.custom_jvp
 def _chol(a: jax.Array) -> jax.Array:
-    return _chol_blocked(a, True)
+    return _chol_blocked(a)
 
 
 @_chol.defjvp
 def _chol_jvp(primals, tangents):
     # dL = L Phi(L^-1 dA L^-T), Phi: the strict lower triangle plus half the diagonal; dA
-    # symmetric from its lower triangle (what the factorisation reads). The tangent goes
-    # through the vectorised loops, which transpose (reverse mode); the small-batch ones
-    # do not.
+    # symmetric from its lower triangle (what the factorisation reads).
     (a,), (da,) = primals, tangents
     L = _chol(a)
     da = jnp.tril(da) + jnp.tril(da, -1).T
-    y = _tri_blocked(L, da, True, False, False)
-    x = _tri_blocked(L, y.T, True, False, False).T
+    y = _tri_blocked(L, da, True, False)
+    x = _tri_blocked(L, y.T, True, False).T
     phi = jnp.tril(x, -1) + 0.5 * jnp.diag(jnp.diagonal(x))
     return L, L @ phi
 
 
-def _chol_blocked(a: jax.Array, fast: bool) -> jax.Array:
-    """Cholesky of one matrix; `fast` picks the loops by batch size (not differentiable)
-    rather than the vectorised ones (differentiable)."""
+def _chol_blocked(a: jax.Array) -> jax.Array:
     n = a.shape[-1]
     if n <= BLOCK:
-        return _chol2(a) if fast else _chol2_vec(a)
+        return _chol2(a)
     h = n // 2
-    L11 = _chol_blocked(a[:h, :h], fast)
+    L11 = _chol_blocked(a[:h, :h])
     # L21 L11' = A21
-    L21 = _tri_blocked(L11, a[h:, :h].T, True, False, fast).T
-    L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T, fast)
+    L21 = _tri_blocked(L11, a[h:, :h].T, True, False).T
+    L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T)
     top = jnp.concatenate([L11, jnp.zeros((h, n - h), a.dtype)], axis=1)
     return jnp.concatenate([top, jnp.concatenate([L21, L22], axis=1)], axis=0)
 
@@ -207,30 +234,26 @@ def _tri2_vec(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
     return lax.fori_loop(0, n, body, jnp.zeros_like(B))
 
 
-def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool,
-                 fast: bool) -> jax.Array:
+def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
     n = A.shape[0]
     if n <= BLOCK:
-        return _tri2(A, B, lower, unit) if fast else _tri2_vec(A, B, lower, unit)
+        return _tri2(A, B, lower, unit)
     h = n // 2
     if lower:
-        X1 = _tri_blocked(A[:h, :h], B[:h], lower, unit, fast)
-        X2 = _tri_blocked(A[h:, h:], B[h:] - A[h:, :h] @ X1, lower, unit, fast)
+        X1 = _tri_blocked(A[:h, :h], B[:h], lower, unit)
+        X2 = _tri_blocked(A[h:, h:], B[h:] - A[h:, :h] @ X1, lower, unit)
     else:
-        X2 = _tri_blocked(A[h:, h:], B[h:], lower, unit, fast)
-        X1 = _tri_blocked(A[:h, :h], B[:h] - A[:h, h:] @ X2, lower, unit, fast)
+        X2 = _tri_blocked(A[h:, h:], B[h:], lower, unit)
+        X1 = _tri_blocked(A[:h, :h], B[:h] - A[:h, h:] @ X2, lower, unit)
     return jnp.concatenate([X1, X2], axis=0)
 
 
 def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: bool = False,
-                     unit_diagonal: bool = False, fast: bool = False) -> jax.Array:
+                     unit_diagonal: bool = False) -> jax.Array:
     """Solves op(a) x = b for triangular `a` (..., n, n); op(a) = a, or a' when `trans`.
 
     Only the triangle named by `lower` is read (the other one and, with `unit_diagonal`,
-    the diagonal may hold anything finite). b is (..., n) or (..., n, k). With `fast` the
-    loops are chosen by batch size (fewer kernels for small batches) and the result is not
-    differentiable: for solves inside the solvers' loops, whose derivatives come from
-    elsewhere.
+    the diagonal may hold anything finite). b is (..., n) or (..., n, k).
     """
     n = a.shape[-1]
     if not n:
@@ -246,18 +269,17 @@ def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: b
     # triangle (n right-hand sides) and apply it in one product that reads B once
     many = B.shape[-1] > n
     rhs = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape) if many else B
-    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal, fast),
+    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
                         signature="(n,n),(n,k)->(n,k)")(A, rhs)
     if many:
         out = jnp.matmul(out, B, precision=lax.Precision.HIGHEST)
     return out[..., 0] if vec else out
 
 
-def cho_solve(L: jax.Array, b: jax.Array, fast: bool = False) -> jax.Array:
-    """Solves (L L') x = b given the lower Cholesky factor L (..., n, n); b (..., n[, k]).
-    `fast` as solve_triangular's."""
-    y = solve_triangular(L, b, lower=True, fast=fast)
-    return solve_triangular(L, y, lower=True, trans=True, fast=fast)
+def cho_solve(L: jax.Array, b: jax.Array) -> jax.Array:
+    """Solves (L L') x = b given the lower Cholesky factor L (..., n, n); b (..., n[, k])."""
+    y = solve_triangular(L, b, lower=True)
+    return solve_triangular(L, y, lower=True, trans=True)
 
 
 def _lu_solve2(A: jax.Array, B: jax.Array) -> jax.Array:

@@ -176,9 +176,9 @@ def _qcqp(A, b, dv, r, mask):
         # 2 and 3 dimensions test the determinant, more the Cholesky pivots
         bad = jnp.where(nuse <= 3, jnp.prod(piv) < 1e-10, jnp.min(piv) < 1e-10) | ~finite
         L = jnp.where(finite, L, jnp.eye(L.shape[0], dtype=L.dtype))
-        vn = -linalg.cho_solve(L, bs, fast=True)
+        vn = -linalg.cho_solve(L, bs)
         val = jnp.dot(vn, vn) - r * r
-        delta = val / (2.0 * jnp.dot(vn, linalg.cho_solve(L, vn, fast=True)))
+        delta = val / (2.0 * jnp.dot(vn, linalg.cho_solve(L, vn)))
         run = ~stop & ~fail
         good = run & ~bad
         v = jnp.where(good, vn, v)

@@ -753,7 +753,7 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
     done = jnp.maximum(0.0, 0.5 * scale * dot(grad, mgrad)) < tol
     if newton:
         done = done & gradok
-        mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad, fast=True)
+        mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad)
         done = done | (gradok & (jnp.maximum(0.0, 0.5 * scale * dot(grad, mgrad)) < tol))
     search = -mgrad
 
@@ -785,7 +785,7 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         up = _update(p, jaref, has_cone, hess)
         grad = Ma - p.qfrc_smooth - p.J.T @ up.force
         if newton:
-            mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad, fast=True)
+            mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad)
         else:
             mgrad = solve_m(m, d, grad)
         nchange = jnp.sum(up.state != c["state"]).astype(jnp.int32)

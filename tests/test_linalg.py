@@ -83,7 +83,7 @@ def test_solve_triangular(n, lower, trans, unit):
 def test_loops_by_batch_size(batch, n):
     """The factorisation and the solves pick their loops by batch size (explicit-batch loops
     up to SMALL_BATCH worlds, vectorised ones above): unbatched, a small vmapped batch and
-    a large one all equal numpy / scipy, the `fast` solves included, and a matrix that is
+    a large one all equal numpy / scipy, the solves included, and a matrix that is
     not positive definite gives NaN from its failing pivot on in every form."""
     rng = np.random.default_rng(n + (batch or 0))
     k = batch or 1
@@ -99,7 +99,7 @@ def test_loops_by_batch_size(batch, n):
             for trans in (False, True):
                 for unit in (False, True):
                     outs.append(linalg.solve_triangular(T, b, lower=lower, trans=trans,
-                                                        unit_diagonal=unit, fast=True))
+                                                        unit_diagonal=unit))
         return outs
 
     outs = jax.jit(run)(A[0], b[0]) if batch is None else jax.jit(jax.vmap(run))(A, b)
@@ -121,6 +121,23 @@ def test_loops_by_batch_size(batch, n):
                                               unit_diagonal=unit)
                     np.testing.assert_allclose(outs[i][w], ref, rtol=1e-9, atol=1e-11)
                     i += 1
+
+
+def test_nested_vmaps():
+    """A small inner batch (its loops take the batch as leading dimensions) inside a large
+    outer one, and the reverse: equal numpy / scipy."""
+    rng = np.random.default_rng(5)
+    n, big, small = 5, linalg.SMALL_BATCH + 3, 2
+    for outer, inner in ((big, small), (small, big)):
+        A = _spd(rng, n, outer * inner).reshape(outer, inner, n, n)
+        b = rng.normal(size=(outer, inner, n))
+
+        def f(A, b):
+            return linalg.cho_solve(linalg.cholesky(A), b)
+
+        got = jax.jit(jax.vmap(jax.vmap(f)))(A, b)
+        want = np.linalg.solve(A, b[..., None])[..., 0]
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -149,20 +166,30 @@ def test_eigh3():
                                atol=1e-12)
 
 
-def test_gradients_match_lapack():
+@pytest.mark.parametrize("batch", [None, 2, linalg.SMALL_BATCH + 4])
+def test_gradients_match_lapack(batch):
+    """Reverse mode through the factorisation and the solves (their JVP and transpose
+    rules), unbatched and vmapped over a small and a large batch."""
     rng = np.random.default_rng(1)
-    A = _spd(rng, 6, 1)[0]
-    b = rng.normal(size=6)
+    k = batch or 1
+    A = _spd(rng, 6, k)
+    b = rng.normal(size=(k, 6))
 
-    def ours(A):
+    def ours(A, b):
         A = 0.5 * (A + A.T)
         return jnp.sum(jnp.sin(linalg.cho_solve(linalg.cholesky(A), b)))
 
-    def ref(A):
+    def ref(A, b):
         A = 0.5 * (A + A.T)
         return jnp.sum(jnp.sin(jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(A), True), b)))
 
-    np.testing.assert_allclose(jax.grad(ours)(A), jax.grad(ref)(A), rtol=1e-9, atol=1e-12)
+    g, r = jax.grad(ours, argnums=(0, 1)), jax.grad(ref, argnums=(0, 1))
+    if batch is None:
+        got, want = g(A[0], b[0]), r(A[0], b[0])
+    else:
+        got, want = jax.jit(jax.vmap(g))(A, b), jax.vmap(r)(A, b)
+    for x, y in zip(got, want, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
 
 
 CONTACT = """
