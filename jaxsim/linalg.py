@@ -13,7 +13,9 @@ blocks, cone blocks of at most 6 x 6), so these routines do the factorisations a
 as loops of vector operations that XLA fuses and vectorises across a vmapped batch;
 matrices larger than `BLOCK` are split in two recursively (blocked Cholesky, block
 triangular solves, block elimination with the Schur complement), so large factorisations
-are mostly matrix products. All functions accept leading batch dimensions.
+are mostly matrix products. All functions accept leading batch dimensions. Batches of at
+most SMALL_BATCH worlds (and single worlds) run the loops in a form that launches fewer
+kernels per trip; the batching rules choose (see "small-batch kernels").
 """
 
 from __future__ import annotations
@@ -97,10 +99,11 @@ def _tri2_loop(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array
 
     def body(i, X):
         r = i if lower else n - 1 - i
-        row = jnp.where((idx < r) if lower else (idx > r), _index(A, r, -2), 0.0)
+        a_r = _index(A, r, -2)
+        row = jnp.where((idx < r) if lower else (idx > r), a_r, 0.0)
         s = _index(B, r, -2) - jnp.sum(row[..., :, None] * X, axis=-2)
         if not unit:
-            s = s / _index(_index(A, r, -2), r, -1)[..., None]
+            s = s / _index(a_r, r, -1)[..., None]
         return _put(X, s, r, -2)
 
     return lax.fori_loop(0, n, body, jnp.zeros_like(B))
@@ -201,8 +204,8 @@ def _chol_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     L = _chol(a)
     da = jnp.tril(da) + jnp.tril(da, -1).T
-    y = _tri_blocked(L, da, True, False)
-    x = _tri_blocked(L, y.T, True, False).T
+    y = _tri_blocked(L, da, lower=True, unit=False)
+    x = _tri_blocked(L, y.T, lower=True, unit=False).T
     phi = jnp.tril(x, -1) + 0.5 * jnp.diag(jnp.diagonal(x))
     return L, L @ phi
 
@@ -214,7 +217,7 @@ def _chol_blocked(a: jax.Array) -> jax.Array:
     h = n // 2
     L11 = _chol_blocked(a[:h, :h])
     # L21 L11' = A21
-    L21 = _tri_blocked(L11, a[h:, :h].T, True, False).T
+    L21 = _tri_blocked(L11, a[h:, :h].T, lower=True, unit=False).T
     L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T)
     top = jnp.concatenate([L11, jnp.zeros((h, n - h), a.dtype)], axis=1)
     return jnp.concatenate([top, jnp.concatenate([L21, L22], axis=1)], axis=0)
@@ -296,7 +299,7 @@ def _lu_solve2(A: jax.Array, B: jax.Array) -> jax.Array:
         return M - f[:, None] * M[j][None, :], R - f[:, None] * R[j][None, :]
 
     U, Y = lax.fori_loop(0, n, eliminate, (A, B))
-    return _tri2_vec(U, Y, lower=False, unit=False)
+    return _tri2(U, Y, lower=False, unit=False)
 
 
 def _solve_blocked(A: jax.Array, B: jax.Array) -> jax.Array:
