@@ -531,6 +531,35 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol, noslip):
                 np.sort(d.efc_force), rtol=1e-6, atol=1e-8 * np.abs(d.efc_force).max())
 
 
+def test_hessian_product_on_the_rows_in_use():
+    """J' diag(w) J, the Newton Hessian's constraint part: over a large batch it takes the
+    first `_few_rows` rows with w != 0 and the whole J only in the worlds with more; a small
+    batch and a single world take the whole J. Equal to numpy in every world, those past the
+    compacted row count included, and under nested vmaps."""
+    rng = np.random.default_rng(3)
+    nefc, nv, B = 48, 10, 24
+    cap = solver._few_rows(nefc, nv)
+    assert cap == 16
+    J = rng.normal(size=(B, nefc, nv))
+    w = np.zeros((B, nefc))
+    for b in range(B):
+        k = [0, 1, 5, cap, cap + 1, nefc][b % 6]
+        w[b, rng.choice(nefc, k, replace=False)] = rng.uniform(0.1, 2.0, k)
+    ref = np.einsum("bki,bk,bkj->bij", J, w, J)
+    big = jax.vmap(solver._jdj)
+    # the compacted form: the fallback runs in a loop over the worlds that need it
+    assert "while" in str(jax.make_jaxpr(big)(J, w))
+    assert "while" not in str(jax.make_jaxpr(big)(J[:4], w[:4]))
+    np.testing.assert_allclose(jax.jit(big)(J, w), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(big)(J[:4], w[:4]), ref[:4], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(solver._jdj)(J[4], w[4]), ref[4], rtol=1e-12,
+                               atol=1e-12)
+    nested = jax.jit(jax.vmap(jax.vmap(solver._jdj)))  # 2 outer x 12 inner, and 12 x 2
+    for shape in ((2, 12), (12, 2)):
+        out = nested(J.reshape(shape + J.shape[1:]), w.reshape(shape + w.shape[1:]))
+        np.testing.assert_allclose(np.reshape(out, ref.shape), ref, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("damping", ["0", "0.3"])
 def test_euler_integrates_an_unconverged_qacc(damping):
     """Two welded free spheres pressed into each other, CG stopped after 3 iterations (far
