@@ -803,6 +803,12 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
                  state=up.state, grad=grad, mgrad=mgrad, search=search,
                  info=_stats(nstat, qacc.dtype))
 
+    # With one iteration the loop ends after its first trip whatever the termination test
+    # says, so the trip skips what only the next iteration reads: the preconditioned
+    # gradient and the search direction (for Newton the Hessian and its factorisation,
+    # half of the solver's work at iterations="1", as RL models often set).
+    last = maxiter == 1
+
     def cond(c):
         return ~every(c["done"]) & (c["it"] < maxiter)
 
@@ -824,9 +830,11 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         qacc = c["qacc"] + on_d(alpha) * v
         Ma = c["Ma"] + on_d(alpha) * Mv
         jaref = c["jaref"] + on_r(alpha) * jv
-        up = _update(p, jaref, has_cone, hess)
+        up = _update(p, jaref, has_cone, hess and not last)
         grad = Ma - p.qfrc_smooth - p.J.T @ up.force
-        if newton:
+        if last:
+            mgrad = grad  # read by nothing (see `last`)
+        elif newton:
             mgrad = linalg.cho_solve(linalg.cholesky(_hessian(p, up)), grad)
         else:
             mgrad = solve_m(m, d, grad)
@@ -846,7 +854,9 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
             # precision ends the iterations (float64 keeps MuJoCo's tests only)
             ulps = 4 * jnp.finfo(qacc.dtype).eps
             term = term | (jnp.abs(alpha) * snorm <= ulps * norm(qacc))
-        if newton:
+        if last:
+            search = c["search"]
+        elif newton:
             term = term | (jnp.maximum(0.0, 0.5 * scale * dot(grad, mgrad)) < tol)
             search = -mgrad
         else:

@@ -286,6 +286,20 @@ def test_small_model(cone, solver_):
 
 
 @pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
+@pytest.mark.parametrize("solver_", [NEWTON, CG])
+def test_one_iteration(cone, solver_):
+    """iterations="1" (as RL models often set): the one trip skips what only a next
+    iteration would read (the next search direction: Newton's Hessian and factorisation,
+    CG's preconditioned gradient). MuJoCo's unconverged answer after one iteration, its
+    statistics included."""
+    m, d = _mujoco(SMALL, cone, solver_, 1, 1e-12)
+    case, out = _run(SMALL, m, d)
+    assert int(out[3].niter) == 1 == d.solver_niter[0]
+    _check(m, d, case, out, 1e-12)
+    _check_stats(d, out[3], True)
+
+
+@pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
 @pytest.mark.parametrize("solver_", [NEWTON, CG, PGS])
 def test_by_island(cone, solver_):
     """MuJoCo 4.0 solves each constraint island on its own: PGS with its own visiting order
