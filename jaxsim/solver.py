@@ -887,7 +887,12 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         out["info"] = info
         return out
 
-    c = loops.while_loop(cond, body, carry)
+    if last:
+        # at most one trip: a cond (batched, the trip runs on the whole batch, which the
+        # chunked loop would only add gathers and scatters to)
+        c = lax.cond(cond(carry), body, lambda c: c, carry)
+    else:
+        c = loops.while_loop(cond, body, carry)
     info = c["info"]._replace(niter=c["it"])
     return c["qacc"], c["force"], c["state"], info
 

@@ -298,6 +298,24 @@ def test_one_iteration(cone, solver_):
     _check(m, d, case, out, 1e-12)
     _check_stats(d, out[3], True)
 
+    # vmapped: each world as alone, one that needs no iteration (no force) included
+    jm, js, efc, _, _ = case
+    K = efc.contact_nrow
+
+    def one(s):
+        return solver.solve(jm, js, efc._replace(
+            aref=efc.aref * s, D=efc.D * s, frictionloss=efc.frictionloss * s,
+            contact_nrow=K))
+
+    scales = jnp.asarray([0.0, 1.0, 3.0])
+    opts = {"xla_backend_optimization_level": 0}
+    batch = jax.tree.map(np.asarray, jax.jit(jax.vmap(one), compiler_options=opts)(scales))
+    for i, s in enumerate(scales):
+        ref = jax.tree.map(np.asarray, jax.jit(one, compiler_options=opts)(s))
+        np.testing.assert_allclose(batch[0][i], ref[0], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(batch[1][i], ref[1], rtol=1e-10, atol=1e-10)
+        assert int(batch[3].niter[i]) == int(ref[3].niter) == (1 if s else 0)
+
 
 @pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
 @pytest.mark.parametrize("solver_", [NEWTON, CG, PGS])
