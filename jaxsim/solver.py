@@ -91,6 +91,9 @@ class _Problem(NamedTuple):
     # which row kinds can occur (static; the line search skips the cost terms of absent kinds)
     may_eq: bool = True
     may_fric: bool = True
+    # rows whose Jacobian is one entry (slide and hinge limits, dof friction loss): their
+    # rows and dofs, and the other rows as (start, stop) runs (static; None: not known)
+    unit: tuple | None = None
 
 
 # ------------------------------------------------------------------------------ problem
@@ -106,6 +109,33 @@ def _row_kinds(m: Model, d: State, nefc: int) -> tuple[bool, bool]:
     types, _ = constraint.fixed_row_objects(plan)
     fric = (types == ConstraintType.FRICTION_DOF) | (types == ConstraintType.FRICTION_TENDON)
     return bool(np.any(types == ConstraintType.EQUALITY)), bool(np.any(fric))
+
+
+def _unit_rows(m: Model, d: State, efc: Efc) -> tuple | None:
+    """(rows, dofs, other rows' runs) of the rows whose Jacobian row is a single entry at a
+    known dof (static, from the row plan), or None."""
+    from jaxsim import constraint
+
+    plan = constraint.plan(m, d.contact.dist.shape[0])
+    nefc = efc.J.shape[0]
+    if plan.nefc != nefc or not np.array_equal(np.asarray(plan.cadr),
+                                                np.asarray(efc.contact_adr)):
+        return None  # rows not laid out by the plan
+    rows, dofs = [], []
+    if len(plan.lim_jnt):
+        rows.append(constraint.row_positions(plan, "lim_jnt").reshape(-1))
+        dofs.append(np.repeat(np.asarray(m.jnt_dofadr)[plan.lim_jnt], 2))
+    if len(plan.fri_dof):
+        rows.append(constraint.row_positions(plan, "fri_dof").reshape(-1))
+        dofs.append(np.asarray(plan.fri_dof))
+    if not rows:
+        return None
+    rows, dofs = np.concatenate(rows), np.concatenate(dofs)
+    other = np.ones(nefc, bool)
+    other[rows] = False
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], other.astype(np.int8), [0]])))
+    runs = tuple(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
+    return tuple(rows.tolist()), tuple(dofs.tolist()), runs
 
 
 def _blocks(efc: Efc):
@@ -164,7 +194,7 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
 
     may_eq, may_fric = _row_kinds(m, d, nefc)
     return _Problem(
-        may_eq=may_eq, may_fric=may_fric,
+        may_eq=may_eq, may_fric=may_fric, unit=_unit_rows(m, d, efc),
         M=d.qM, qfrc_smooth=d.qfrc_smooth, qacc_smooth=d.qacc_smooth,
         J=jnp.where(act[:, None], efc.J, 0.0).astype(dt),
         D=jnp.where(act, efc.D, 0.0).astype(dt),
@@ -328,15 +358,20 @@ def _jdj_dense(J: jax.Array, w: jax.Array) -> jax.Array:
     return (J * w[:, None]).T @ J
 
 
+def _jdj_sum(J: jax.Array, w: jax.Array) -> jax.Array:
+    # as a broadcast product summed over the rows: batched, twice as fast as the batched
+    # small dot on the CPU (1024 worlds x 32 rows x 27 dofs: 2.5 against 5.2 ms)
+    return jnp.sum((J * w[:, None])[:, :, None] * J[:, None, :], axis=0)
+
+
 def _jdj_few(J: jax.Array, w: jax.Array, cap: int) -> jax.Array:
     on = w != 0
 
     def few():
         idx = loops.true_first(on, cap)
-        Jk = J[idx]
-        return (Jk * w[idx][:, None]).T @ Jk
+        return _jdj_sum(J[idx], w[idx])
 
-    return loops.cond(jnp.sum(on) <= cap, few, lambda: _jdj_dense(J, w))
+    return loops.cond(jnp.sum(on) <= cap, few, lambda: _jdj_sum(J, w))
 
 
 @jax.custom_batching.custom_vmap
@@ -355,15 +390,30 @@ def _jdj_batched(axis_size, in_batched, J, w):
     J, w = (x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
             for x, b in zip((J, w), in_batched, strict=True))
     cap = _few_rows(*J.shape[-2:])
-    if axis_size <= linalg.SMALL_BATCH or not cap:
+    if axis_size <= linalg.SMALL_BATCH:
         return jnp.vectorize(_jdj_dense, signature="(n,v),(n)->(v,v)")(J, w), True
+    if not cap:
+        return jnp.vectorize(_jdj_sum, signature="(n,v),(n)->(v,v)")(J, w), True
     return jnp.vectorize(lambda a, b: _jdj_few(a, b, cap), signature="(n,v),(n)->(v,v)")(J, w), True
 
 
 def _hessian(p: _Problem, up: _Update) -> jax.Array:
-    """H = M + J' D_quadratic J (+ cone Hessians): the Newton Hessian at a state."""
+    """H = M + J' D_quadratic J (+ cone Hessians): the Newton Hessian at a state.
+
+    The rows whose Jacobian is one entry (limits of slide and hinge joints, dof friction
+    loss: 42 of the mjx humanoid's 74 rows) add to H's diagonal; the product takes the
+    others."""
     Dq = jnp.where(up.state == _QUAD, p.D, 0.0)
-    H = p.M + _jdj(p.J, Dq)
+    if p.unit is None:
+        H = p.M + _jdj(p.J, Dq)
+    else:
+        rows, dofs, runs = np.asarray(p.unit[0]), np.asarray(p.unit[1]), p.unit[2]
+        ju = p.J[rows, dofs]
+        H = p.M.at[dofs, dofs].add(Dq[rows] * ju * ju)
+        if runs:
+            def take(x):
+                return jnp.concatenate([x[a:b] for a, b in runs])
+            H = H + _jdj(take(p.J), take(Dq))
     if up.cone_h is not None:
         Jc = jnp.where(p.cm[:, :, None], p.J[p.ci], 0.0)
         H = H + jnp.einsum("cjv,cjk,ckw->vw", Jc, up.cone_h, Jc)

@@ -563,6 +563,28 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol, noslip):
                 np.sort(d.efc_force), rtol=1e-6, atol=1e-8 * np.abs(d.efc_force).max())
 
 
+def test_hessian_of_single_entry_rows():
+    """The Newton Hessian adds the rows whose Jacobian is one entry (a hinge's limit, dof
+    friction loss) to its diagonal and takes the product over the others: equal to
+    M + J' D J over all rows in the quadratic zone, by numpy."""
+    model = jaxsim.load_string(SMALL, dtype=jnp.float64)
+    st = jaxsim.make_state(model)
+    hinge = model.nq - 1
+    d = jax.jit(jaxsim.forward)(model, st.replace(qpos=st.qpos.at[hinge].set(0.6)))  # > 30 deg
+    efc = jax.jit(constraint.make_constraint)(model, d)
+    p = solver._problem(model, d, efc, False)
+    assert p.unit is not None
+    rows = np.asarray(p.unit[0])
+    assert np.asarray(p.D)[rows].astype(bool).sum() >= 2  # the limit and friction rows act
+    up = solver._update(p, p.J @ d.qacc - p.aref, False)
+    up = up._replace(state=jnp.full_like(up.state, ConstraintState.QUADRATIC))
+    J, D = np.asarray(p.J), np.asarray(p.D)
+    ref = np.asarray(p.M) + J.T @ (D[:, None] * J)
+    np.testing.assert_allclose(solver._hessian(p, up), ref, rtol=1e-12, atol=1e-12)
+    dense = solver._hessian(p._replace(unit=None), up)
+    np.testing.assert_allclose(dense, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_hessian_product_on_the_rows_in_use():
     """J' diag(w) J, the Newton Hessian's constraint part: over a large batch it takes the
     first `_few_rows` rows with w != 0 and the whole J only in the worlds with more; a small
