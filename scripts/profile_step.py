@@ -134,10 +134,14 @@ _SKIP = ("parameter", "constant", "get-tuple-element", "tuple", "bitcast")
 
 
 def _executable(text: str):
-    """(name, opcode, line) of the instructions of the non-fused computations."""
+    """(name, opcode, line) of the instructions of the non-fused computations: the entry
+    computation and the bodies and conditions of loops and conditionals (named
+    `%region...`), but not the reducers (`to_apply=`) nor the fused computations."""
+    reducers = set(re.findall(r"to_apply=%?([\w.\-]+)", text))
     for comp in re.split(r"\n(?=%|ENTRY)", text):
         head = comp.split(" ", 1)[0]
-        if "fused" in head or "_computation" in head or head.startswith(("%wrapped", "%region")):
+        if ("fused" in head or "_computation" in head or head.startswith("%wrapped")
+                or head.lstrip("%") in reducers):
             continue
         for line in comp.splitlines()[1:]:
             m = re.match(r"\s*(?:ROOT )?%(\S+) = \S+ (\w[\w-]*)\(", line)
