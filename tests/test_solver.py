@@ -20,7 +20,7 @@ mujoco = pytest.importorskip("mujoco")
 from conftest import gym_assets  # noqa: E402
 
 import jaxsim  # noqa: E402
-from jaxsim import constraint, solver  # noqa: E402
+from jaxsim import constraint, hessian, solver  # noqa: E402
 from jaxsim.efc import Efc  # noqa: E402
 from jaxsim.types import ConstraintState, ConstraintType  # noqa: E402
 
@@ -592,7 +592,7 @@ def test_hessian_product_on_the_rows_in_use():
     compacted row count included, and under nested vmaps."""
     rng = np.random.default_rng(3)
     nefc, nv, B = 48, 10, 24
-    cap = solver._few_rows(nefc, nv)
+    cap = hessian._few_rows(nefc, nv)
     assert cap == 16
     J = rng.normal(size=(B, nefc, nv))
     w = np.zeros((B, nefc))
@@ -600,15 +600,15 @@ def test_hessian_product_on_the_rows_in_use():
         k = [0, 1, 5, cap, cap + 1, nefc][b % 6]
         w[b, rng.choice(nefc, k, replace=False)] = rng.uniform(0.1, 2.0, k)
     ref = np.einsum("bki,bk,bkj->bij", J, w, J)
-    big = jax.vmap(solver._jdj)
+    big = jax.vmap(hessian.jdj)
     # the compacted form: the fallback runs in a loop over the worlds that need it
     assert "while" in str(jax.make_jaxpr(big)(J, w))
     assert "while" not in str(jax.make_jaxpr(big)(J[:4], w[:4]))
     np.testing.assert_allclose(jax.jit(big)(J, w), ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(jax.jit(big)(J[:4], w[:4]), ref[:4], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(jax.jit(solver._jdj)(J[4], w[4]), ref[4], rtol=1e-12,
+    np.testing.assert_allclose(jax.jit(hessian.jdj)(J[4], w[4]), ref[4], rtol=1e-12,
                                atol=1e-12)
-    nested = jax.jit(jax.vmap(jax.vmap(solver._jdj)))  # 2 outer x 12 inner, and 12 x 2
+    nested = jax.jit(jax.vmap(jax.vmap(hessian.jdj)))  # 2 outer x 12 inner, and 12 x 2
     for shape in ((2, 12), (12, 2)):
         out = nested(J.reshape(shape + J.shape[1:]), w.reshape(shape + w.shape[1:]))
         np.testing.assert_allclose(np.reshape(out, ref.shape), ref, rtol=1e-12, atol=1e-12)
