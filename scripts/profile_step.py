@@ -15,7 +15,8 @@ kernels  the compiled `vmap(step)`: the executable instructions (fusions, copies
          not depend on the machine's load, unlike timings.
 trace    a `--steps`-step rollout under jax.profiler: thunk time per HLO instruction, summed
          over the steps and both worker threads (a `while` counts its body too), with the
-         source line of each instruction.
+         source line of each instruction; then the inclusive time of each function of the
+         call stacks (file:function), over the instructions that have a source.
 
 Timings on a shared machine vary by tens of percent from run to run: compare A and B in
 alternation, several times, and trust the kernel counts over small timing differences.
@@ -114,6 +115,18 @@ class Frames:
                     # the printed parent id is one past the parent's index
                     self.frames[i] = (kv["file_location_id"], kv.get("parent_frame_id", 0) - 1)
 
+    def functions(self, frame: int) -> list:
+        """file:function of every frame of the stack, innermost first (no line numbers)."""
+        out = []
+        while frame in self.frames and len(out) < 64:
+            loc, parent = self.frames[frame]
+            f, fn, _ = self.locs[loc]
+            out.append(f"{self.files.get(f, '?')}:{self.funcs.get(fn, '')}")
+            if parent == frame or parent <= 0:
+                break
+            frame = parent
+        return out
+
     def chain(self, frame: int, depth: int = 3) -> str:
         out = []
         while frame in self.frames and len(out) < depth:
@@ -175,7 +188,11 @@ def trace(model, states, steps: int, top: int) -> None:
 
     compiled = jax.jit(jax.vmap(roll)).lower(states).compile()
     frames = Frames(compiled.as_text())
-    where = {name: frames.of(line) for name, _, line in _executable(compiled.as_text())}
+    where, stacks = {}, {}
+    for name, _, line in _executable(compiled.as_text()):
+        where[name] = frames.of(line)
+        m = re.search(r"stack_frame_id=(\d+)", line)
+        stacks[name] = frames.functions(int(m.group(1))) if m else []
     jax.block_until_ready(compiled(states))
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
@@ -197,6 +214,17 @@ def trace(model, states, steps: int, top: int) -> None:
     print(f"{steps} steps, {wall:.2f} s under the profiler; thunk ms per step, calls per step:")
     for k, v in total.most_common(top):
         print(f"  {v / 1e6 / steps:9.3f} {count[k] / steps:8.1f}  {k:32s} {where.get(k, '')}")
+    # inclusive time of each jaxsim function over the instructions with a source (loops
+    # and conditionals, which carry none, are left out: their bodies are counted)
+    incl = collections.Counter()
+    for k, v in total.items():
+        for fn in dict.fromkeys(stacks.get(k, ())):
+            incl[fn] += v
+    print(f"inclusive thunk ms per step by function (all thunks with a source: "
+          f"{sum(v for k, v in total.items() if stacks.get(k)) / 1e6 / steps:.2f}, "
+          f"all: {sum(total.values()) / 1e6 / steps:.2f}):")
+    for k, v in incl.most_common(2 * top):
+        print(f"  {v / 1e6 / steps:9.3f}  {k}")
 
 
 def main(argv=None) -> int:
