@@ -132,8 +132,9 @@ def compiler_options(devices: Sequence[jax.Device] | None = None) -> dict:
 
     On CPU: XLA:CPU's classic fusion emitters. A simulation step is about a thousand small
     fusions, which the newer MLIR emitters take longer to compile (gymnasium ant, vmapped
-    100-step rollout: 24.8 -> 19.5 s; humanoid 37 -> 28 s) for the same run time and the
-    same results. Nothing elsewhere.
+    100-step rollout: 24.8 -> 19.5 s; humanoid 37 -> 28 s), with the same results. The run
+    time is not always the same: the gymnasium humanoid at batch 1024 (PGS) runs 16% slower
+    with them (4210 -> 3635 steps/s, compile 24.9 -> 21.0 s; 2026-11-30). Nothing elsewhere.
     """
     devices = jax.devices() if devices is None else devices
     if devices and all(dev.platform == "cpu" for dev in devices):
