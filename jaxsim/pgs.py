@@ -199,7 +199,45 @@ def _cost_change(A, new, old, res):
     return jnp.where(keep, old, new), jnp.where(keep, 0.0, change)
 
 
+# PGS over the live rows only: with scalar rows (no elliptic cone) and one island, a
+# world with at most this many live rows solves a problem of that many (visiting order,
+# momentum and statistics the same: the blocks are the live rows, in row order), others the
+# whole one (`loops.cond`). None: never.
+ROWS_DIV = 4
+
+
+def _compact_rows(nefc: int) -> int | None:
+    if ROWS_DIV is None:
+        return None
+    k = max(16, -(-nefc // ROWS_DIV))
+    return k if 2 * k <= nefc else None
+
+
 def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
+    """`_pgs`, on the live rows alone when they are few (see ROWS_DIV)."""
+    nefc = p.J.shape[0]
+    k = _compact_rows(nefc)
+    if k is None or has_cone or _islands(m, d, p) is not None:
+        return _pgs(m, d, p, has_cone, nstat)
+    live = p.kind != 0
+
+    def few():
+        idx = loops.true_first(live, k)
+        valid = live[idx]
+        sub = p._replace(J=p.J[idx], D=p.D[idx], R=p.R[idx], floss=p.floss[idx],
+                         aref=p.aref[idx], kind=jnp.where(valid, p.kind[idx], 0),
+                         pyr=p.pyr[idx], rc=p.rc[idx], rj=p.rj[idx], unit=None)
+        f, state, info = _pgs(m, d, sub, has_cone, nstat)
+        f = jnp.zeros(nefc, f.dtype).at[idx].set(jnp.where(valid, f, 0.0),
+                                                  unique_indices=True)
+        state = jnp.full(nefc, _SAT, state.dtype).at[idx].set(
+            jnp.where(valid, state, _SAT), unique_indices=True)
+        return f, state, info
+
+    return loops.cond(jnp.sum(live) <= k, few, lambda: _pgs(m, d, p, has_cone, nstat))
+
+
+def _pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     """Projected Gauss-Seidel on the dual. MuJoCo: mj_solPGS, one island at a time.
 
     Islands share no dofs, so their blocks are swept in one pass (in any interleaving) while

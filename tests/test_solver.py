@@ -643,3 +643,78 @@ def test_euler_integrates_an_unconverged_qacc(damping):
         out = step(model, st)
         assert _rel(out.qvel, d.qvel) < 1e-9, (_rel(out.qvel, d.qvel), damping)
     assert max(gaps) > 1e-3, gaps  # the solver really stopped early
+
+
+TWO_BOXES = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="5 5 .1"/>
+    <body pos="0 0 0.1"><freejoint/><geom type="box" size=".1 .2 .05" condim="3"/></body>
+    <body pos="1 0 0.1"><freejoint/><geom type="box" size=".1 .1 .05" condim="3"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def _pad_contacts(efc, idx, act, n, seed=2):
+    """The Efc with n more unused contact slots (inactive rows of random values)."""
+    rng = np.random.default_rng(seed)
+    K = int(efc.contact_nrow)
+    rows = n * K
+    nefc, nv = efc.J.shape
+
+    def cat(x, extra):
+        return jnp.concatenate([x, jnp.asarray(extra, x.dtype)])
+
+    efc = efc._replace(
+        J=cat(efc.J, rng.standard_normal((rows, nv))),
+        **{f: cat(getattr(efc, f), rng.random(rows) + 0.1)
+           for f in ("pos", "margin", "frictionloss", "R", "D", "aref", "vel")},
+        type=cat(efc.type, np.full(rows, int(ConstraintType.CONTACT_PYRAMIDAL))),
+        id=cat(efc.id, np.zeros(rows)), active=cat(efc.active, np.zeros(rows, bool)),
+        contact_adr=np.concatenate([efc.contact_adr, nefc + K * np.arange(n)]).astype(np.int32),
+        contact_dim=cat(efc.contact_dim, np.zeros(n)), contact_mu=cat(efc.contact_mu, rng.random(n)),
+        contact_friction=cat(efc.contact_friction, rng.random((n, 5))))
+    return efc, np.concatenate([idx, np.zeros(rows, idx.dtype)]), np.concatenate(
+        [act, np.zeros(rows, bool)])
+
+
+def test_pgs_on_live_rows(monkeypatch):
+    """PGS solves only the live rows when they are few (`pgs.ROWS_DIV`): MuJoCo's forces,
+    states, iteration count and statistics, and the whole problem's; batched, a world with
+    more live rows than that solves the whole problem, each world as alone."""
+    from jaxsim import pgs
+
+    m, d = _mujoco(TWO_BOXES, PYRAMIDAL, PGS, 2000, 1e-15)
+    efc, idx, act = _pad_contacts(*_efc(m, d), 10)
+    k = pgs._compact_rows(efc.J.shape[0])
+    assert d.nefc == 32 and k is not None and k < 32, (d.nefc, k)
+    # world 0: the first box's rows alone (few), world 1: both boxes' (more than k)
+    first = np.isin(idx, np.arange(16)) & act
+    assert first.sum() == 16 <= k
+    worlds = jnp.stack([jnp.asarray(first), jnp.asarray(act)])
+
+    def solve_all(div):
+        monkeypatch.setattr(pgs, "ROWS_DIV", div)
+        case, out = _run(TWO_BOXES, m, d, rows=(efc, idx, act))
+        jm, js = case[0], case[1]
+        K = efc.contact_nrow
+        batched = jax.jit(jax.vmap(lambda a: solver.solve(jm, js, efc._replace(
+            active=a, contact_nrow=K))))(worlds)
+        alone = [jax.jit(lambda a: solver.solve(jm, js, efc._replace(
+            active=a, contact_nrow=K)))(w) for w in worlds]
+        return case, out, jax.tree.map(np.asarray, batched), jax.tree.map(np.asarray, alone)
+
+    case, out, batched, alone = solve_all(4)
+    _check(m, d, case, out, 1e-7, dual=True)
+    _check_stats(d, out[3], False, nmax=20, tol=1e-6)
+    _, out0, batched0, alone0 = solve_all(None)
+    np.testing.assert_allclose(out[0], out0[0], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(out[1], out0[1], rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(out[2], out0[2])
+    assert int(out[3].niter) == int(out0[3].niter)
+    for w in range(2):
+        for i in range(3):
+            np.testing.assert_allclose(batched[i][w], alone[w][i], rtol=1e-10, atol=1e-10)
+            np.testing.assert_allclose(batched[i][w], batched0[i][w], rtol=1e-10, atol=1e-10)
+        assert int(batched[3].niter[w]) == int(alone[w][3].niter) == int(batched0[3].niter[w])
