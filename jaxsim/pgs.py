@@ -31,6 +31,7 @@ from jaxsim.solver import (
     _SAT,
     SolverInfo,
     _islands,
+    _one_problem,
     _norm,
     _Problem,
     _record,
@@ -217,7 +218,7 @@ def pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     """`_pgs`, on the live rows alone when they are few (see ROWS_DIV)."""
     nefc = p.J.shape[0]
     k = _compact_rows(nefc)
-    if k is None or has_cone or _islands(m, d, p) is not None:
+    if k is None or has_cone or not _one_problem(m):
         return _pgs(m, d, p, has_cone, nstat)
     live = p.kind != 0
 

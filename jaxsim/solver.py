@@ -247,12 +247,18 @@ class _Isl(NamedTuple):
         return jnp.where(self.dof < self.n, x[jnp.minimum(self.dof, self.n - 1)], fill)
 
 
+def _one_problem(m: Model) -> bool:
+    """Whether the constraint problem is solved whole (a single tree, the island flag
+    disabled, or no dofs): `_islands` is then None. Static."""
+    return int(m.ntree) <= 1 or bool(m.opt.disableflags & DisableBit.ISLAND) or m.nv == 0
+
+
 def _islands(m: Model, d: State, p: _Problem) -> _Isl | None:
     """The problem's constraint islands, or None for one problem (a single tree, the island
     flag disabled): the solvers then keep their monolithic form."""
-    n = int(m.ntree)
-    if n <= 1 or m.opt.disableflags & DisableBit.ISLAND or m.nv == 0:
+    if _one_problem(m):
         return None
+    n = int(m.ntree)
     tree_of = np.asarray(m.dof_treeid)
     onehot = tree_of[:, None] == np.arange(n)[None, :]
     touch = ((p.J != 0).astype(p.J.dtype) @ jnp.asarray(onehot, p.J.dtype)) > 0  # (nefc, n)
