@@ -39,6 +39,9 @@ import numpy as np  # noqa: E402
 import jaxsim  # noqa: E402
 from jaxsim.types import DisableBit  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_step import warm_states  # noqa: E402
+
 
 def variant(m, name: str):
     o = m.opt
@@ -71,13 +74,7 @@ def main(argv=None) -> int:
     if a.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     m = jaxsim.load(a.model, dtype=jnp.float32 if a.dtype == "float32" else jnp.float64)
-    s0 = jaxsim.make_state(m, keyframe=0) if m.nkey else jaxsim.make_state(m)
-    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (a.batch,) + s0.qpos.shape,
-                                     s0.qpos.dtype)
-    states = jax.vmap(lambda n: s0.replace(qpos=s0.qpos + n))(noise)
-    if a.warm:
-        states = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(
-            0, a.warm, lambda i, d: jaxsim.step(m, d), d)))(states)
+    states = warm_states(m, a.batch, a.warm)
     names = a.variants.split(",")
     compiled = {}
     for name in names:

@@ -115,27 +115,24 @@ class Frames:
                     # the printed parent id is one past the parent's index
                     self.frames[i] = (kv["file_location_id"], kv.get("parent_frame_id", 0) - 1)
 
-    def functions(self, frame: int) -> list:
-        """file:function of every frame of the stack, innermost first (no line numbers)."""
+    def _walk(self, frame: int, depth: int):
+        """(file, function, line) of the stack's frames, innermost first, at most depth."""
         out = []
-        while frame in self.frames and len(out) < 64:
+        while frame in self.frames and len(out) < depth:
             loc, parent = self.frames[frame]
-            f, fn, _ = self.locs[loc]
-            out.append(f"{self.files.get(f, '?')}:{self.funcs.get(fn, '')}")
+            f, fn, line = self.locs[loc]
+            out.append((self.files.get(f, "?"), self.funcs.get(fn, ""), line))
             if parent == frame or parent <= 0:
                 break
             frame = parent
         return out
 
+    def functions(self, frame: int) -> list:
+        """file:function of every frame of the stack, innermost first (no line numbers)."""
+        return [f"{f}:{fn}" for f, fn, _ in self._walk(frame, 64)]
+
     def chain(self, frame: int, depth: int = 3) -> str:
-        out = []
-        while frame in self.frames and len(out) < depth:
-            loc, parent = self.frames[frame]
-            f, fn, line = self.locs[loc]
-            out.append(f"{self.files.get(f, '?')}:{line} {self.funcs.get(fn, '')}")
-            if parent == frame or parent <= 0:
-                break
-            frame = parent
+        out = [f"{f}:{line} {fn}" for f, fn, line in self._walk(frame, depth)]
         return " < ".join(out) or "?"
 
     def of(self, instruction_line: str) -> str:
@@ -227,6 +224,19 @@ def trace(model, states, steps: int, top: int) -> None:
         print(f"  {v / 1e6 / steps:9.3f}  {k}")
 
 
+def warm_states(model, batch: int, warm: int):
+    """`batch` states (keyframe 0 or the initial one, qpos noise 1e-3) after `warm` steps
+    with zero control."""
+    s0 = jaxsim.make_state(model, keyframe=0) if model.nkey else jaxsim.make_state(model)
+    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (batch,) + s0.qpos.shape,
+                                     s0.qpos.dtype)
+    states = jax.vmap(lambda n: s0.replace(qpos=s0.qpos + n))(noise)
+    if warm:
+        states = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(
+            0, warm, lambda i, d: jaxsim.step(model, d), d)))(states)
+    return states
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
@@ -240,13 +250,7 @@ def main(argv=None) -> int:
     if a.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     model = jaxsim.load(a.model, dtype=jnp.float32 if a.dtype == "float32" else jnp.float64)
-    s0 = jaxsim.make_state(model, keyframe=0) if model.nkey else jaxsim.make_state(model)
-    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (a.batch,) + s0.qpos.shape,
-                                     s0.qpos.dtype)
-    states = jax.vmap(lambda n: s0.replace(qpos=s0.qpos + n))(noise)
-    if a.warm:
-        states = jax.jit(jax.vmap(lambda d: jax.lax.fori_loop(
-            0, a.warm, lambda i, d: jaxsim.step(model, d), d)))(states)
+    states = warm_states(model, a.batch, a.warm)
     states = jax.jit(jax.vmap(lambda d: jaxsim.forward(model, d)))(states)
     print(f"{os.path.basename(a.model)}: batch {a.batch}, {a.dtype}, after {a.warm} steps: "
           f"{float(jnp.mean(jnp.sum(states.contact.active, -1))):.1f} active contacts of "
