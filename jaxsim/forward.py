@@ -99,8 +99,8 @@ def fwd_constraint(m: Model, d: State) -> State:
     """Constraint rows, forces and the constrained acceleration. MuJoCo: mj_makeConstraint,
     mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py).
 
-    With the compact problem on (`model.ncompact`: -1 automatic, the default, for large
-    contact buffers; a slot count kc; 0 off) a world with at most kc active contacts builds
+    With the compact problem on (`model.ncompact`: -1 automatic, the default, for contact
+    buffers of 12 slots or more; a slot count kc; 0 off) a world with at most kc active contacts builds
     and solves the rows of only those (`_compact_slots`): for a large contact buffer of
     which a few contacts are usual (the buffer holds the worst case), at the cost of a
     second compilation. The rows keep MuJoCo's order, the answer is the same up to
@@ -140,23 +140,30 @@ def _constraint_stage(m: Model, d: State):
     return _solve_rows(m, d, _constraint.make_constraint(m, d))
 
 
-# The compact problem compiles the rows and the solver a second time; it pays off with large
-# contact buffers. Measured at batch 1024, float32, 100 steps, XLA's default flags: the
-# gymnasium ant (25 slots, 8 compact) compile 26.1 -> 43.5 s, 3228 -> 3812 steps/s
-# (2026-11-29; the compile figures of 9cc5f12, 13.7 -> 17.6 s, no longer hold); the
-# gymnasium humanoid (190 slots, 11 compact, PGS) 1199 -> 1829 steps/s at 9cc5f12, not
-# re-measured since. Automatic (`model.ncompact` -1, the default): on for buffers of at least
-# _COMPACT_AUTO slots, with a sixteenth of them, at least _COMPACT_MIN, when that is at most
-# a third; 0 off; a positive value is the slot count.
-_COMPACT_MIN = 8
-_COMPACT_AUTO = 64
+# The compact problem compiles the rows and the solver a second time (the gymnasium ant at
+# batch 1024: +5-6 s); where it applies, it saves the work of the unused slots' rows in the
+# row construction, the solver and J'f. Measured 2026-11-30, batch 1024, float32, 100 steps
+# from the initial pose, alternated medians, steps/s (compile s), off -> on:
+#   gymnasium ant (25 slots, 6 compact)          7486 (14.2) -> 10796 (19.0)
+#   gymnasium hopper (14 slots, 4 compact)      20736 (11.8) -> 25412 (17.9)
+#   gymnasium half_cheetah (16 slots, 4 compact) 58704 (7.9) -> 90992 (13.0)
+#   gymnasium humanoid (190 slots, 11 compact, PGS) 1199 -> 1829 (at 9cc5f12)
+# and the mjx humanoid (8 slots) at 2 compact, which it does not get: 34283 -> 23158 (a
+# quarter of the slots is fewer than its feet use). Automatic (`model.ncompact` -1, the
+# default): a sixteenth of the slots, at least a quarter of them up to 8 and at least
+# _COMPACT_MIN, when that is at most a third of the slots; 0 off; a positive value is the
+# slot count.
+_COMPACT_MIN = 4
 
 
 def _compact_slots(m: Model, p) -> int | None:
     """Contact slots of the compact problem (static), or None to always use them all."""
-    if not p.nrow or not m.ncompact or (m.ncompact < 0 and p.ncon < _COMPACT_AUTO):
+    if not p.nrow or not m.ncompact:
         return None
-    k = max(_COMPACT_MIN, p.ncon // 16) if m.ncompact < 0 else int(m.ncompact)
+    if m.ncompact < 0:
+        k = max(_COMPACT_MIN, p.ncon // 16, min(8, p.ncon // 4))
+    else:
+        k = int(m.ncompact)
     return k if 3 * k <= p.ncon else None
 
 

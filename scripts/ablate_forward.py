@@ -16,6 +16,7 @@ the pipeline as a whole, which a profiler's per-kernel times do not do reliably 
   itN            N solver iterations (tolerance as the model's)
   itN/0          N iterations with tolerance 0 (every world runs them all)
   kcN            the compact constraint problem with N contact slots (0: off)
+  A+B            both changes (e.g. kc6+it0)
 
 Measured on this 2-core machine, batch 1024, float32 (2026-11-30), in ms per forward call:
 the gymnasium humanoid (PGS) base 85.7, it1 55.1, nocontact 26.8, noconstraint 13.1; the
@@ -44,6 +45,10 @@ from profile_step import warm_states  # noqa: E402
 
 
 def variant(m, name: str):
+    if "+" in name:  # several changes at once, e.g. kc6+it0
+        for part in name.split("+"):
+            m = variant(m, part)
+        return m
     o = m.opt
     if name == "base":
         return m
