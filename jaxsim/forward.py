@@ -171,7 +171,10 @@ def _compact_stage(m: Model, d: State, p, kc: int):
     """`_constraint_stage` on the first `kc` contacts with rows when the world has no more,
     on all of them otherwise. Derivatives are those of the chosen branch (a `lax.cond`);
     the primal alone goes through `loops.cond`, which batched runs the whole problem only
-    for the worlds that need it."""
+    for the worlds that need it. A single world, or a batch of at most 16, solves the whole
+    problem (and compiles it alone): there the `lax.cond` costs more than the rows it
+    saves (gymnasium hopper, batch 1: 2115 steps/s against 3915 without the compact
+    problem; gymnasium humanoid 92 against 161)."""
     from jaxsim import loops
 
     nefc, nf = p.nefc, p.nfixed
@@ -205,7 +208,8 @@ def _compact_stage(m: Model, d: State, p, kc: int):
 
     @jax.custom_jvp
     def run(m, d):
-        return loops.cond(need(d), lambda: small(m, d), lambda: full(m, d))
+        return loops.cond(need(d), lambda: small(m, d), lambda: full(m, d),
+                          large_batch_only=True)
 
     @run.defjvp
     def run_jvp(primals, tangents):

@@ -148,12 +148,16 @@ def while_loop(cond, body, init):
     return _custom_batched(run, rule, cconsts, bconsts, init)
 
 
-def cond(pred, true_fn, false_fn):
+def cond(pred, true_fn, false_fn, large_batch_only: bool = False):
     """`lax.cond(pred, true_fn, false_fn)` for two functions of no arguments (their
     operands are what they close over); batched, `true_fn` runs on the whole batch and
     `false_fn` only on the worlds whose `pred` is false, a fixed-size chunk at a time
     (nothing runs it when every `pred` holds). For a cheap common case and a costly
-    rare one. Not differentiable (as `while_loop`)."""
+    rare one. Not differentiable (as `while_loop`).
+
+    With `large_batch_only` the two functions must agree wherever `pred` holds (a faster
+    form of the same result): unbatched, or batched over at most _MIN_BATCH worlds,
+    `false_fn` alone runs (and alone is compiled)."""
     tf, ff = _Fn(lambda _: true_fn(), ()), _Fn(lambda _: false_fn(), ())
     tconsts, fconsts = tf.operands, ff.operands
 
@@ -164,6 +168,8 @@ def cond(pred, true_fn, false_fn):
         return ff(fc, ())
 
     def run(p, tc, fc):
+        if large_batch_only:
+            return f_fn(fc)
         return lax.cond(p, lambda: t_fn(tc), lambda: f_fn(fc))
 
     def rule(axis_size, in_batched, p, tc, fc):
@@ -173,6 +179,9 @@ def cond(pred, true_fn, false_fn):
 
         vt = jax.vmap(t_fn, in_axes=(tax,), out_axes=0, axis_size=axis_size)
         vf = jax.vmap(f_fn, in_axes=(fax,), out_axes=0, axis_size=axis_size)
+        if large_batch_only and axis_size <= _MIN_BATCH:
+            out = vf(fc)
+            return out, jax.tree.map(lambda _: True, out)
         if not pb:
             out = lax.cond(p, lambda: vt(tc), lambda: vf(fc))
             return out, jax.tree.map(lambda _: True, out)

@@ -72,6 +72,30 @@ def test_batched_cond_equals_lax_cond(axes):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_cond_large_batch_only():
+    """With large_batch_only, a single world and batches of at most _MIN_BATCH take the
+    false branch whatever the predicate; larger batches choose per world as lax.cond. (The
+    branches differ here, to see which ran.)"""
+    def ours(x, k):
+        return _branches(x, k, lambda p, t, f: loops.cond(p, t, f, large_batch_only=True))
+
+    def whole(x, k):
+        return _branches(x, k, lambda p, t, f: f())
+
+    for n in (1, loops._MIN_BATCH, 100):
+        x = jnp.linspace(0.1, 0.9, n)
+        k = jnp.arange(n, dtype=jnp.int32) % 9
+        got = jax.jit(jax.vmap(ours))(x, k)
+        ref = jax.jit(jax.vmap(lambda x, k: _branches(x, k, lax.cond) if n > loops._MIN_BATCH
+                               else whole(x, k)))(x, k)
+        for a, b in zip(got, ref, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for k in (2, 9):  # unbatched
+        got = jax.jit(ours)(jnp.float32(0.3), jnp.int32(k))
+        for a, b in zip(got, whole(jnp.float32(0.3), jnp.int32(k)), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def _pair_fn(args, shared):
     x, y = args
     return jnp.sin(x) * y + shared, jnp.stack([x, y * y])

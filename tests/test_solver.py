@@ -682,8 +682,12 @@ def _pad_contacts(efc, idx, act, n, seed=2):
 def test_pgs_on_live_rows(monkeypatch):
     """PGS solves only the live rows when they are few (`pgs.ROWS_DIV`): MuJoCo's forces,
     states, iteration count and statistics, and the whole problem's; batched, a world with
-    more live rows than that solves the whole problem, each world as alone."""
-    from jaxsim import pgs
+    more live rows than that solves the whole problem, each world as alone. (A single world
+    and batches of at most loops._MIN_BATCH solve the whole problem: the bound is lowered
+    here so that a batch of two takes the live rows.)"""
+    from jaxsim import loops, pgs
+
+    monkeypatch.setattr(loops, "_MIN_BATCH", 1)
 
     m, d = _mujoco(TWO_BOXES, PYRAMIDAL, PGS, 2000, 1e-15)
     efc, idx, act = _pad_contacts(*_efc(m, d), 10)
