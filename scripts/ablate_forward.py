@@ -21,7 +21,9 @@ the pipeline as a whole, which a profiler's per-kernel times do not do reliably 
 Measured on this 2-core machine, batch 1024, float32 (2026-11-30), in ms per forward call:
 the gymnasium humanoid (PGS) base 85.7, it1 55.1, nocontact 26.8, noconstraint 13.1; the
 gymnasium ant (Newton) base 45.0, it2 41.1, it1 33.7, it0 27.5, nocontact 14.2,
-noconstraint 8.8. The constraint stage is most of a forward on both.
+noconstraint 8.8. The constraint stage is most of a forward on both. The ant with the
+compact problem (6 slots, its default since bd451ff): kc6 24.0, kc6+it2 22.0, kc6+it1 17.2,
+kc6+it0 15.0, kc6+nocontact 13.3, noconstraint 8.3.
 """
 
 from __future__ import annotations
