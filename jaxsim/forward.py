@@ -100,10 +100,10 @@ def fwd_constraint(m: Model, d: State) -> State:
     mj_referenceConstraint and mj_fwdConstraint (Newton, CG or PGS; see solver.py).
 
     With the compact problem on (`model.ncompact`: -1 automatic, the default, for contact
-    buffers of 12 slots or more; a slot count kc; 0 off) a world with at most kc active contacts builds
-    and solves the rows of only those (`_compact_slots`): for a large contact buffer of
-    which a few contacts are usual (the buffer holds the worst case), at the cost of a
-    second compilation. The rows keep MuJoCo's order, the answer is the same up to
+    buffers of 12 slots or more; a slot count kc; 0 off) a world with at most kc active
+    contacts builds and solves the rows of only those (`_compact_slots`): for a contact
+    buffer of which a few contacts are usual (the buffer holds the worst case), at the cost
+    of a second compilation. The rows keep MuJoCo's order, the answer is the same up to
     rounding, and the forces, states and activity are scattered back to the whole layout.
     Batched, the whole problem runs only for the worlds with more contacts (`loops.cond`)."""
     p = _constraint.plan(m, d.contact.dist.shape[0])
@@ -141,7 +141,7 @@ def _constraint_stage(m: Model, d: State):
 
 
 # The compact problem compiles the rows and the solver a second time (the gymnasium ant at
-# batch 1024: +5-6 s); where it applies, it saves the work of the unused slots' rows in the
+# batch 1024: +5-8 s); where it applies, it saves the work of the unused slots' rows in the
 # row construction, the solver and J'f. Measured 2026-11-30, batch 1024, float32, 100 steps
 # from the initial pose, alternated medians, steps/s (compile s), off -> on:
 #   gymnasium ant (25 slots, 6 compact)          7486 (14.2) -> 10796 (19.0)

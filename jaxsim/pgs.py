@@ -201,9 +201,9 @@ def _cost_change(A, new, old, res):
 
 
 # PGS over the live rows only: with scalar rows (no elliptic cone) and one island, a
-# world of a batch of more than 16 with at most this many live rows solves a problem of
-# that many (visiting order, momentum and statistics the same: the blocks are the live
-# rows, in row order), others the whole one (`loops.cond`). None: never.
+# world of a batch larger than loops._MIN_BATCH with at most this many live rows solves a
+# problem of that many (visiting order, momentum and statistics the same: the blocks are
+# the live rows, in row order), others the whole one (`loops.cond`). None: never.
 ROWS_DIV = 4
 
 
