@@ -395,3 +395,16 @@ def test_transition_jacobians_match_mjd_transitionFD():
         err = np.max(np.abs(x - ref)) / (1 + np.max(np.abs(ref)))
         print(name, "max relative error", err)
         assert err < 1e-5, (name, x, ref)
+
+
+def test_step_rejects_a_state_of_another_layout():
+    """A state made before a disable flag removed the constraint rows does not line up with
+    the model's states: step names the field and the remedy instead of failing inside."""
+    _, model = _models()
+    state = jaxsim.make_state(model)
+    assert state.efc_force.shape[0] > 0
+    off = model.replace(opt=model.opt.replace(
+        disableflags=model.opt.disableflags | jaxsim.DisableBit.CONSTRAINT))
+    with pytest.raises(ValueError, match=r"state\.efc_\w+ has shape .*make_state"):
+        jaxsim.step(off, state)
+    jaxsim.step(off, jaxsim.make_state(off))  # its own state steps
