@@ -257,25 +257,23 @@ def reset_where(m: Model, d: State, bad: jax.Array, warning: int) -> State:
     fresh = make_state(m, ncon=d.contact.dist.shape[0])
     # mj_resetData clears the warnings, then the check counts its own
     fresh = fresh.replace(warning=fresh.warning.at[warning].set(1))
+    _check_layout(fresh, d)
     return jax.tree_util.tree_map(
         lambda a, b: jnp.where(bad, a.astype(b.dtype), b), fresh, d)
 
 
-def check_layout(m: Model, d: State) -> None:
-    """Raises a ValueError when the state's buffers are not the shapes the model's state has
-    (e.g. the state was made before a change of `opt.disableflags` that adds or removes
-    constraint rows): its fields would not line up with the model's (nor with a reset)."""
-    from jaxsim.state import make_state
-
-    want = jax.eval_shape(lambda: make_state(m, ncon=d.contact.dist.shape[0]))
+def _check_layout(fresh: State, d: State) -> None:
+    """A ValueError naming the first field of `d` whose shape is not the fresh state's: `d`
+    was made for a model of another layout (e.g. before a change of `opt.disableflags` that
+    adds or removes constraint rows), so no reset state lines up with it."""
     have = jax.tree_util.tree_flatten_with_path(d)[0]
-    for (path, a), b in zip(have, jax.tree.leaves(want), strict=True):
-        if jnp.shape(a) != b.shape:
+    for (path, a), b in zip(have, jax.tree.leaves(fresh), strict=True):
+        if jnp.shape(a) != jnp.shape(b):
             name = jax.tree_util.keystr(path).lstrip(".")
             raise ValueError(
                 f"state.{name} has shape {jnp.shape(a)} where this model's states have "
-                f"{b.shape}: the state was made for a model of another layout (a changed "
-                "disable flag adds or removes constraint rows); make it with "
+                f"{jnp.shape(b)}: the state was made for a model of another layout (a "
+                "changed disable flag adds or removes constraint rows); make it with "
                 "jaxsim.make_state(model) for this model")
 
 
@@ -384,7 +382,6 @@ def step(m: Model, d: State) -> State:
     world whose qacc comes out bad is reset and returned without integrating: it is one step
     behind MuJoCo, which integrates the reset state in the same call.
     """
-    check_layout(m, d)
     d = check_pos_vel(m, d)
     if _rk4_in_one_pass(m):
         out, qacc0 = _integrator.rungekutta4(m, d, first_stage=True)

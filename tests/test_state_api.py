@@ -399,7 +399,7 @@ def test_transition_jacobians_match_mjd_transitionFD():
 
 def test_step_rejects_a_state_of_another_layout():
     """A state made before a disable flag removed the constraint rows does not line up with
-    the model's states: step names the field and the remedy instead of failing inside."""
+    the model's states: step (its reset) names the field and the remedy instead of failing inside."""
     _, model = _models()
     state = jaxsim.make_state(model)
     assert state.efc_force.shape[0] > 0
