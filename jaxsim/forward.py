@@ -16,11 +16,11 @@ from jaxsim import actuation as _actuation
 from jaxsim import constraint as _constraint
 from jaxsim import flex as _flex
 from jaxsim import integrator as _integrator
+from jaxsim import loops, smooth
 from jaxsim import passive as _passive
 from jaxsim import rne as _rne
 from jaxsim import sensor as _sensor
 from jaxsim import sleep as _sleep
-from jaxsim import smooth
 from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
 from jaxsim.types import DisableBit, EnableBit, Integrator, Model, Stage, State, Warning
@@ -175,7 +175,6 @@ def _compact_stage(m: Model, d: State, p, kc: int):
     problem (and compiles it alone): there the `lax.cond` costs more than the rows it
     saves (gymnasium hopper, batch 1: 2115 steps/s against 3915 without the compact
     problem; gymnasium humanoid 92 against 161)."""
-    from jaxsim import loops
 
     nefc, nf = p.nefc, p.nfixed
 
@@ -258,8 +257,8 @@ def reset_where(m: Model, d: State, bad: jax.Array, warning: int) -> State:
     # mj_resetData clears the warnings, then the check counts its own
     fresh = fresh.replace(warning=fresh.warning.at[warning].set(1))
     _check_layout(fresh, d)
-    return jax.tree_util.tree_map(
-        lambda a, b: jnp.where(bad, a.astype(b.dtype), b), fresh, d)
+    fresh = jax.tree.map(lambda a, b: a.astype(b.dtype), fresh, d)
+    return loops.where(bad, fresh, d)
 
 
 def _check_layout(fresh: State, d: State) -> None:

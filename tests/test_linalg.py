@@ -17,8 +17,9 @@ import scipy.linalg as sl
 import jaxsim
 from jaxsim import linalg
 
-# 1, 3, 14: the loops; 49 and 101: the blocked recursion (BLOCK = 48) with odd splits
-SIZES = (1, 3, 14, 49, 101)
+# 1, 3, 6: written out (UNROLL = 6); 7, 14: the loops; 49 and 101: the blocked recursion
+# (BLOCK = 48) with odd splits
+SIZES = (1, 3, 6, 7, 14, 49, 101)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,7 +80,7 @@ def test_solve_triangular(n, lower, trans, unit):
 
 
 @pytest.mark.parametrize("batch", [None, 2, linalg.SMALL_BATCH + 4])
-@pytest.mark.parametrize("n", (3, 14, 49))
+@pytest.mark.parametrize("n", (3, 7, 14, 49))
 def test_loops_by_batch_size(batch, n):
     """The factorisation and the solves pick their loops by batch size (explicit-batch loops
     up to SMALL_BATCH worlds, vectorised ones above): unbatched, a small vmapped batch and

@@ -153,3 +153,35 @@ def test_true_first_equals_stable_argsort():
     got = jax.jit(jax.vmap(lambda x: loops.true_first(x, 8)))(batch)
     np.testing.assert_array_equal(np.asarray(got),
                                   np.argsort(~np.asarray(batch), axis=1, kind="stable")[:, :8])
+
+
+@pytest.mark.parametrize("npred", [0, 1, 5])
+def test_where_equals_dense_select(npred):
+    """Batched with no, one or several worlds' predicate true, with an unbatched leaf and
+    an integer leaf: the values of the dense per-world select; derivatives likewise."""
+    rng = np.random.default_rng(4)
+    n = 12
+    pred = jnp.zeros(n, bool).at[jnp.asarray([3, 7, 0, 11, 5][:npred], jnp.int32)].set(True)
+    new = (jnp.asarray(rng.normal(size=(3,))), jnp.arange(2, dtype=jnp.int32))  # unbatched
+    old = (jnp.asarray(rng.normal(size=(n, 3))), jnp.ones((n, 2), jnp.int32) * 9)
+
+    def dense(p, a, b):
+        return jax.tree.map(lambda x, y: jnp.where(p, x, y), a, b)
+
+    got = jax.jit(jax.vmap(loops.where, in_axes=(0, None, 0)))(pred, new, old)
+    ref = jax.vmap(dense, in_axes=(0, None, 0))(pred, new, old)
+    for u, v in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    # unbatched predicate, and a single world
+    for p in (True, False):
+        one = jax.jit(loops.where)(jnp.asarray(p), new, (old[0][0], old[1][0]))
+        np.testing.assert_array_equal(np.asarray(one[0]), np.asarray(new[0] if p else old[0][0]))
+
+    def loss(f, a, b):
+        out = jax.vmap(f, in_axes=(0, None, 0))(pred, (a, new[1]), (b, old[1]))
+        return jnp.sum(jnp.sin(out[0]) * jnp.arange(3.0))
+
+    g = jax.jit(jax.grad(lambda a, b: loss(loops.where, a, b), argnums=(0, 1)))(new[0], old[0])
+    gr = jax.grad(lambda a, b: loss(dense, a, b), argnums=(0, 1))(new[0], old[0])
+    for u, v in zip(g, gr, strict=True):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-12, atol=1e-12)
