@@ -252,7 +252,9 @@ def advance(m: Model, d: State, computed=None) -> jax.Array:
         delay = m.sensor_delay[ids]
         period = m.sensor_interval[ids, 0]
         value = d.sensordata[adr_s[ids][:, None] + np.arange(dim)]
-        if computed is not None and _maybe_positive(m.sensor_delay[ids]):
+        with jax.ensure_compile_time_eval():  # concrete when the model is
+            delay_known = m.sensor_delay[ids]
+        if computed is not None and _maybe_positive(delay_known):
             value = jnp.where((delay > 0)[:, None], computed(ids).astype(h.dtype), value)
         tick = buf[:, 0] + period <= d.time
         on = (period <= 0) | tick

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim import math, scan
+from jaxsim import hostnp, math, scan
 from jaxsim.types import Cone, DisableBit, Model, State, TrnType, WrapType
 
 
@@ -116,9 +116,14 @@ def tendon_bias(m: Model, d: State) -> jax.Array:
 
     dt = _dtype(m)
     sel = _spatial_armature_tendons(m)
+    with jax.ensure_compile_time_eval():  # concrete when the model is
+        arm_all = smooth.tendon_armature(m)
+    known = hostnp.concrete(arm_all)
+    if known is not None:  # a model closed over: only the tendons with armature, as MuJoCo
+        sel = sel[np.asarray(known)[sel] != 0]
     if not len(sel) or not m.nv:
         return jnp.zeros(m.nv, dt)
-    arm = smooth.tendon_armature(m)[sel]
+    arm = arm_all[sel]
     coef = arm * tendon_dot(m, d, sel)
     return coef @ d.ten_J[sel]
 
