@@ -204,6 +204,23 @@ def cond(pred, true_fn, false_fn, large_batch_only: bool = False):
     return _custom_batched(run, rule, pred, tconsts, fconsts)
 
 
+def _dense_jvp(fast, dense):
+    """`fast(p, *xs)` (a batched rule that skips work), differentiated as `dense(p, *xs)`,
+    the plain form of the same values (`p` a mask or predicate, not differentiated)."""
+
+    @jax.custom_jvp
+    def run(p, *xs):
+        return fast(p, *xs)
+
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        p, *xs = primals
+        _, tout = jax.jvp(lambda *ys: dense(p, *ys), tuple(xs), tuple(tangents[1:]))
+        return run(p, *xs), tout
+
+    return run
+
+
 def where(pred, on_true, on_false):
     """`jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)` for a scalar
     `pred` (one per world), for a rare event (a blown-up world's reset). Batched, the
@@ -229,18 +246,8 @@ def where(pred, on_true, on_false):
             out = lax.cond(p, lambda: a, lambda: b)
         return out, jax.tree.map(lambda _: True, out)
 
-    @jax.custom_jvp
-    def run(p, a, b):
-        return _custom_batched(dense, rule, p, a, b)
-
-    @run.defjvp
-    def run_jvp(primals, tangents):
-        p, a, b = primals
-        _, ta, tb = tangents
-        _, tout = jax.jvp(lambda x, y: dense(p, x, y), (a, b), (ta, tb))
-        return run(p, a, b), tout
-
-    return run(pred, on_true, on_false)
+    return _dense_jvp(lambda p, a, b: _custom_batched(dense, rule, p, a, b), dense)(
+        pred, on_true, on_false)
 
 
 def unless_all(pred, cheap_fn, full_fn):
@@ -321,15 +328,5 @@ def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
         out = jax.tree.map(lambda v: v.reshape((axis_size, n) + v.shape[1:]), out)
         return out, jax.tree.map(lambda _: True, out)
 
-    @jax.custom_jvp
-    def run(mask, items, sh):
-        return _custom_batched(sparse, rule, mask, items, sh)
-
-    @run.defjvp
-    def run_jvp(primals, tangents):
-        mask, items, sh = primals
-        _, ti, ts = tangents
-        _, tout = jax.jvp(lambda i, s: dense(mask, i, s), (items, sh), (ti, ts))
-        return run(mask, items, sh), tout
-
+    run = _dense_jvp(lambda mk, it, sh: _custom_batched(sparse, rule, mk, it, sh), dense)
     return run(mask, items, (shared, fn.operands))
