@@ -1,4 +1,4 @@
-"""Small dense linear algebra in plain JAX operations (no LAPACK custom calls).
+"""Small dense linear algebra: plain JAX loops, and LAPACK only where it cannot hang.
 
 jaxlib runs batched LAPACK calls (Cholesky, triangular solves, LU, eigh) through an FFI
 kernel that splits a large batch over XLA's intra-op thread pool and blocks its own pool
@@ -15,10 +15,13 @@ matrices larger than `BLOCK` are split in two recursively (blocked Cholesky, blo
 triangular solves, block elimination with the Schur complement), so large factorisations
 are mostly matrix products. All functions accept leading batch dimensions. Batches of at
 most SMALL_BATCH worlds (and single worlds) run the loops in a form that launches fewer
-kernels per trip; the batching rules choose (see "small-batch kernels").
+kernels per trip; the batching rules choose (see "small-batch kernels"), and the smallest
+of those go to LAPACK in calls too small for jaxlib to split (see `LAPACK_WORK`).
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -152,19 +155,61 @@ def _tri2_loop(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array
     return lax.fori_loop(0, n, body, jnp.zeros_like(B))
 
 
-@jax.custom_batching.custom_vmap
-def _chol2(a: jax.Array) -> jax.Array:
+# ------------------------------------------------------------------ LAPACK, unsplit
+#
+# A few worlds' factorisations are a few hundred flops each; the loops above still launch
+# a few kernels per column. jaxlib's LAPACK kernels do a whole (small) batch in one call,
+# and they only hand pieces of a batch to the thread pool (the hang described at the top)
+# when the batch's work reaches 2e5 flops by their own estimate (n^3 / 3 per Cholesky,
+# n^2 k per triangular solve with k right-hand sides; jaxlib 0.10; later releases do not
+# split at all in open-source builds). Below half of that the call runs its batch on the
+# calling thread and cannot wait for the pool: such calls go to LAPACK (the gymnasium ant
+# at batch 1: its 14 x 14 Newton Hessian, one call instead of ~14 trips of 4-5 kernels).
+# The decision is taken when the program is lowered, on the final shapes, so an outer
+# vmap can never enlarge a LAPACK call past it. 0 turns LAPACK off.
+LAPACK_WORK = 100_000
+
+
+def lapack_ok(batch: int, work: int) -> bool:
+    """Whether a LAPACK call on `batch` matrices of `work` flops each (jaxlib's estimate)
+    may be made: small enough that jaxlib runs it on the calling thread."""
+    return batch * work < LAPACK_WORK
+
+
+# The Cholesky factorisation of the loops is a primitive too: its lowering sees the final
+# shapes (LAPACK or the loops) and its batching rule the batch size (the loops with explicit
+# batch dimensions up to SMALL_BATCH worlds, vectorised above). Its derivatives are those
+# of `_chol` (a custom_jvp), so the primitive itself needs none.
+_chol_p = Primitive("jaxsim_cholesky")
+
+
+def _chol_impl(a):
+    n = a.shape[-1]
+    if lapack_ok(math.prod(a.shape[:-2]), n * n * n // 3):
+        return lax.linalg.cholesky(a, symmetrize_input=False)
     return _chol2_loop(a)
 
 
-@_chol2.def_vmap
-def _chol2_batched(axis_size, in_batched, a):
-    if not in_batched[0]:
-        return _chol2(a), False
-    if axis_size <= SMALL_BATCH:
-        return _chol2_loop(a), True
-    # a may carry more leading dimensions (an inner vmap's small-batch form)
-    return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a), True
+_chol_p.def_impl(_chol_impl)
+_chol_p.def_abstract_eval(lambda a: jax.core.ShapedArray(a.shape, a.dtype))
+mlir.register_lowering(_chol_p, mlir.lower_fun(_chol_impl, multiple_results=False))
+
+
+def _chol_batched(args, dims):
+    (a,), (d,) = args, dims
+    a = jnp.moveaxis(a, d, 0)
+    if a.shape[0] <= SMALL_BATCH:
+        return _chol_p.bind(a), 0
+    if a.ndim > 3:  # an inner vmap's small-batch form: its loops over all of the batch
+        return _chol2_loop(a), 0
+    return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a), 0
+
+
+batching.primitive_batchers[_chol_p] = _chol_batched
+
+
+def _chol2(a: jax.Array) -> jax.Array:
+    return _chol_p.bind(a)
 
 
 # The triangular solve is a primitive of its own: its batching rule picks the loops, and
@@ -174,8 +219,12 @@ _tri_p = Primitive("jaxsim_triangular_solve")
 
 
 def _tri_impl(A, B, *, lower, unit):
-    if A.shape[-1] <= UNROLL:
+    n = A.shape[-1]
+    if n <= UNROLL:
         return _tri_unrolled(A, B, lower, unit)
+    if lapack_ok(math.prod(B.shape[:-2]), n * n * B.shape[-1]):
+        return lax.linalg.triangular_solve(A, B, left_side=True, lower=lower,
+                                           unit_diagonal=unit)
     return _tri2_loop(A, B, lower, unit)
 
 
@@ -227,8 +276,8 @@ def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
 def cholesky(a: jax.Array) -> jax.Array:
     """Lower Cholesky factor L (L L' = a) of symmetric positive definite `a` (..., n, n).
 
-    Reads the lower triangle. Like LAPACK, a matrix that is not positive definite gives
-    NaN entries from the first failing pivot on.
+    Reads the lower triangle. A matrix that is not positive definite gives NaN entries
+    from the first failing pivot on (all of them when LAPACK does it, see LAPACK_WORK).
     """
     if not a.shape[-1]:
         return a

@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
 
 from jaxsim import hostnp, linalg, math, scan
 from jaxsim.collision.common import contact_bodies
@@ -787,13 +789,24 @@ def factor_m(m: Model, d: State) -> State:
     The dofs of one depth are eliminated together (they update only their ancestors), so
     there is one step per tree level, each a masked rank-n update; the steps are one loop
     over a table of the levels padded to the widest (compiled once, whatever the depth).
-    qLD holds D on the diagonal and L below it (at [dof, ancestor]); qLDiagInv holds 1 / D.
+    A single world or a few run LAPACK's dense Cholesky instead when no pivot needs raising
+    (see `_ldl_lapack`). qLD holds D on the diagonal and L below it (at [dof, ancestor]);
+    qLDiagInv holds 1 / D.
     """
-    nv = m.nv
-    if not nv:
+    if not m.nv:
         return d
-    idx, anc, ancl = _ldl_levels(tuple(int(p) for p in np.asarray(m.dof_parentid)))
-    dt = d.qM.dtype
+    parents = tuple(int(p) for p in np.asarray(m.dof_parentid))
+    ldl = _ldl_loop if hostnp.on_host() else _ldl
+    L, D, clamped = ldl(parents, d.qM)
+    w = d.warning.at[0].add(clamped.astype(d.warning.dtype))
+    return d.replace(qLD=L + jnp.diag(D), qLDiagInv=1.0 / D, warning=w)
+
+
+def _ldl_loop(parents: tuple, qM: jax.Array):
+    """factor_m's (L strictly lower, D, any pivot raised) of one world, by tree levels."""
+    nv = len(parents)
+    idx, anc, ancl = _ldl_levels(parents)
+    dt = qM.dtype
     pad = jnp.zeros((1, nv), dt)
     dense = idx.shape[1] * nv * nv <= DENSE_LEVEL_MAX
 
@@ -829,10 +842,70 @@ def factor_m(m: Model, d: State) -> State:
         D = D.at[K].set(dk, mode="drop")
         return A, L, D, clamped | jnp.any(low)
 
-    init = (d.qM, jnp.zeros((nv, nv), dt), jnp.ones(nv, dt), jnp.zeros((), bool))
+    init = (qM, jnp.zeros((nv, nv), dt), jnp.ones(nv, dt), jnp.zeros((), bool))
     _, L, D, clamped = jax.lax.fori_loop(0, idx.shape[0], level, init)
-    w = d.warning.at[0].add(clamped.astype(d.warning.dtype))
-    return d.replace(qLD=L + jnp.diag(D), qLDiagInv=1.0 / D, warning=w)
+    return L, D, clamped
+
+
+# A single world's level loop is a few kernels per tree level (the MJX humanoid: 15 levels,
+# ~11 us at batch 1), LAPACK's Cholesky of the 27 x 27 matrix ~2 us. The factorisation is
+# the same one in the reversed dof order (L'DL of M is LDL' of the reversed M), and the
+# tree's sparsity has no fill-in in that order either, so the entries outside it come out
+# exactly zero. A primitive, so the choice is made when the program is lowered, on the
+# final batch (`linalg.lapack_ok`: LAPACK only where jaxlib cannot split the call);
+# derivatives are the level loop's. Up to _LDL_LOOP_LEVELS levels XLA writes the loop out
+# and it stays cheaper (gymnasium hopper, 6 levels: 0.3 us; the call and its check cost
+# more, and the hopper's step was 6 % slower with them).
+_LDL_LOOP_LEVELS = 6
+
+
+def _ldl_lapack(M: jax.Array):
+    C = lax.linalg.cholesky(M[..., ::-1, ::-1], symmetrize_input=False)
+    c = jnp.diagonal(C, axis1=-2, axis2=-1)
+    U = jnp.swapaxes(C / c[..., None, :], -1, -2)
+    return jnp.tril(U[..., ::-1, ::-1], -1), (c * c)[..., ::-1]
+
+
+def _ldl_impl(qM, *, parents):
+    loop = jnp.vectorize(functools.partial(_ldl_loop, parents),
+                         signature="(n,n)->(n,n),(n),()")
+    nv = qM.shape[-1]
+    if (len(_ldl_plan(parents)[1]) <= _LDL_LOOP_LEVELS
+            or not linalg.lapack_ok(int(np.prod(qM.shape[:-2])), nv * nv * nv // 3)):
+        return loop(qM)
+    L, D = _ldl_lapack(qM)
+    fine = jnp.all(D >= math.MINVAL)  # no pivot to raise (false for a failed one, NaN)
+    none = jnp.zeros(qM.shape[:-2], bool)
+    return lax.cond(fine, lambda: (L, D, none), lambda: loop(qM))
+
+
+def _ldl_abstract(qM, *, parents):
+    return (jax.core.ShapedArray(qM.shape, qM.dtype),
+            jax.core.ShapedArray(qM.shape[:-1], qM.dtype),
+            jax.core.ShapedArray(qM.shape[:-2], np.bool_))
+
+
+def _ldl_batched(args, dims, *, parents):
+    (qM,), (dim,) = args, dims
+    return _ldl_p.bind(jnp.moveaxis(qM, dim, 0), parents=parents), (0, 0, 0)
+
+
+_ldl_p = Primitive("jaxsim_tree_ldl")
+_ldl_p.multiple_results = True
+_ldl_p.def_impl(_ldl_impl)
+_ldl_p.def_abstract_eval(_ldl_abstract)
+mlir.register_lowering(_ldl_p, mlir.lower_fun(_ldl_impl, multiple_results=True))
+batching.primitive_batchers[_ldl_p] = _ldl_batched
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _ldl(parents: tuple, qM: jax.Array):
+    return tuple(_ldl_p.bind(qM, parents=parents))
+
+
+@_ldl.defjvp
+def _ldl_jvp(parents, primals, tangents):
+    return jax.jvp(functools.partial(_ldl_loop, parents), primals, tangents)
 
 
 def _inv_unit_lower(m: Model, L: jax.Array) -> jax.Array:

@@ -457,6 +457,35 @@ def test_factor_m_by_levels_matches_mujoco(sparse, monkeypatch):
     assert int(d.warning[0]) == int(md.warning[mujoco.mjtWarning.mjWARN_INERTIA].number > 0) == 1
 
 
+def test_factor_m_by_lapack_matches_mujoco():
+    """A single world whose tree is deeper than _LDL_LOOP_LEVELS factorises M with LAPACK's
+    Cholesky of the reversed matrix (the program holds the call): the same qLD as
+    mj_factorM, and, the singular body added back, the level loop's clamped pivot (the
+    fallback) with MuJoCo's warning."""
+    singular = _WIDE_TREES[_WIDE_TREES.index('  <body pos="3 0 1">'):
+                           _WIDE_TREES.index("</worldbody>")]
+    for xml, warned in ((_WIDE_TREES.replace(singular, ""), 0), (_WIDE_TREES, 1)):
+        mm = mujoco.MjModel.from_xml_string(xml)
+        md = mujoco.MjData(mm)
+        md.qpos[:] = mm.qpos0 + 0.3 * np.random.default_rng(4).standard_normal(mm.nq)
+        mujoco.mj_forward(mm, md)
+        m = jaxsim.load_string(xml, dtype=jnp.float64)
+        assert len(smooth._ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))[1]) \
+            > smooth._LDL_LOOP_LEVELS
+
+        def run(m, d):
+            return smooth.factor_m(m, smooth.make_m(m, smooth.com_pos(m, smooth.kinematics(m, d))))
+
+        st = jaxsim.make_state(m).replace(qpos=jnp.asarray(md.qpos))
+        assert "lapack_dpotrf" in jax.jit(run).lower(m, st).as_text()
+        d = jax.jit(run)(m, st)
+        _close("qLD", d.qLD, _dense(mm, md, mm.M_rownnz, mm.M_rowadr, mm.M_colind, md.qLD,
+                                    mm.nv), 1e-10)
+        _close("qLDiagInv", d.qLDiagInv, md.qLDiagInv, 1e-10)
+        assert int(d.warning[0]) == int(md.warning[mujoco.mjtWarning.mjWARN_INERTIA].number > 0)
+        assert int(d.warning[0]) == warned
+
+
 def test_wide_forest_loads():
     """1000 free bodies (models/pile1000.xml): the levels of the L'DL in set_const are 1000
     dofs wide, eliminated by their ancestor blocks (a dense (1000, nv, nv) update would ask

@@ -307,7 +307,9 @@ def test_one_iteration(cone, solver_):
             aref=efc.aref * s, D=efc.D * s, frictionloss=efc.frictionloss * s,
             contact_nrow=K))
 
-    scales = jnp.asarray([0.0, 1.0, 3.0])
+    # (scale 3 would be no test: its line search ends at ls_iterations on a slope of 1e-14,
+    # where the step is rounding noise, 2e-7 apart between the vmapped and the lone world)
+    scales = jnp.asarray([0.0, 1.0, 2.0])
     opts = {"xla_backend_optimization_level": 0}
     batch = jax.tree.map(np.asarray, jax.jit(jax.vmap(one), compiler_options=opts)(scales))
     for i, s in enumerate(scales):
