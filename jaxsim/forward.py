@@ -420,6 +420,15 @@ def compare_fwd_inv(m: Model, d: State) -> State:
 
 
 def _integrate_unless_reset(m: Model, d: State, integrate_fn) -> State:
+    """The integrated state, or, for a world whose qacc is bad, the reset state.
+
+    Not MuJoCo's result in that case: mj_checkAcc resets the data, runs mj_forward on it,
+    and mj_step then integrates the reset state, so MuJoCo returns one step from the reset
+    state (time dt, qvel = dt * qacc of the initial pose), this the reset state itself
+    (time 0). Matching it needs a second forward pass of the reset state, in the program
+    for every step (twice the compile time, or twice the run time); left as a known
+    difference (the referee's step stage on derivative/dcmotor.xml, whose LuGre actuator
+    makes a random state's qacc blow up, shows it; with autoreset disabled it agrees)."""
     bad = _is_bad(d.qacc)
     if m.opt.disableflags & DisableBit.AUTORESET:
         d = check_acc(m, d)
