@@ -796,7 +796,8 @@ def factor_m(m: Model, d: State) -> State:
     if not m.nv:
         return d
     parents = tuple(int(p) for p in np.asarray(m.dof_parentid))
-    ldl = _ldl_loop if hostnp.on_host() else _ldl
+    shallow = len(_ldl_plan(parents)[1]) <= _LDL_LOOP_LEVELS
+    ldl = _ldl_loop if hostnp.on_host() or shallow else _ldl
     L, D, clamped = ldl(parents, d.qM)
     w = d.warning.at[0].add(clamped.astype(d.warning.dtype))
     return d.replace(qLD=L + jnp.diag(D), qLDiagInv=1.0 / D, warning=w)
@@ -870,8 +871,7 @@ def _ldl_impl(qM, *, parents):
     loop = jnp.vectorize(functools.partial(_ldl_loop, parents),
                          signature="(n,n)->(n,n),(n),()")
     nv = qM.shape[-1]
-    if (len(_ldl_plan(parents)[1]) <= _LDL_LOOP_LEVELS
-            or not linalg.lapack_ok(int(np.prod(qM.shape[:-2])), nv * nv * nv // 3)):
+    if not linalg.lapack_ok(int(np.prod(qM.shape[:-2])), nv * nv * nv // 3):
         return loop(qM)
     L, D = _ldl_lapack(qM)
     fine = jnp.all(D >= math.MINVAL)  # no pivot to raise (false for a failed one, NaN)
