@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxsim import math
 from jaxsim.types import EnableBit, GeomType, Model, State
 
 EIG_EPS = 1e-12  # MuJoCo's eigEPS (mjMINVAL * 1000)
@@ -169,11 +170,15 @@ def body_boxes(m: Model, d: State, st: Static):
         margin = jnp.full((m.ngeom,), 0.5 * m.opt.o_margin, dt)
     else:
         margin = lax.stop_gradient(m.geom_margin + m.geom_gap).astype(dt)
-    pos = xpos + jnp.einsum("gij,gj->gi", xmat, aabb[:, :3])
+    # the 3 x 3 products as multiply-adds (math.mm / mv; MuJoCo's order of the terms), not
+    # as einsums: XLA:CPU made tiny batched dots of those (the gymnasium humanoid at batch
+    # 1024: 3.7 -> 1.4 ms per call; the ant 3.0 -> 1.3)
+    pos = xpos + math.mv(xmat, aabb[:, :3])
     # makeAAMM reads the frame by rows; the box half-widths along them
-    acen = pos @ frame.T
-    ahalf = jnp.sum(jnp.abs(aabb[:, None, 3:] * jnp.einsum("ji,gik->gjk", frame, xmat)), -1)
-    rcen = xpos @ frame.T
+    acen = math.mm(pos, frame.T)
+    half = aabb[:, None, 3:] * math.mm(frame[None], xmat)
+    ahalf = jnp.abs(half[..., 0]) + jnp.abs(half[..., 1]) + jnp.abs(half[..., 2])
+    rcen = math.mm(xpos, frame.T)
     rb = lax.stop_gradient(jnp.asarray(m.geom_rbound, dt))[:, None]
     lo = jnp.maximum(rcen - rb, acen - ahalf) - margin[:, None]
     hi = jnp.minimum(rcen + rb, acen + ahalf) + margin[:, None]
