@@ -198,7 +198,7 @@ def sub_quat(qa: jax.Array, qb: jax.Array) -> jax.Array:
 
 def inert_com(inert: jax.Array, mat: jax.Array, dif: jax.Array, mass: jax.Array) -> jax.Array:
     """Com-based 10-vector inertia from principal inertia, frame and offset (mju_inertCom)."""
-    rot = jnp.einsum("...ij,...j,...kj->...ik", mat, inert, mat)
+    rot = mm(mat * inert[..., None, :], jnp.swapaxes(mat, -1, -2))  # mat diag(inert) mat'
     dx, dy, dz = dif[..., 0], dif[..., 1], dif[..., 2]
     return stack_last(
         [

@@ -58,6 +58,12 @@ def one(dist, pos, normal, valid, tangent=None) -> Contacts:
                     jnp.asarray(valid)[None])
 
 
+def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Dot product of 3-vectors as multiply-adds (vmapped, a jnp.dot becomes a tiny
+    reduction kernel of its own on the CPU)."""
+    return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
+
+
 def make_frame(normal: jax.Array, tangent: jax.Array) -> jax.Array:
     """MuJoCo's mju_makeFrame: rows (normal, tangent, normal x tangent).
 
@@ -65,14 +71,14 @@ def make_frame(normal: jax.Array, tangent: jax.Array) -> jax.Array:
     when the normal is close to the y axis; it is then made orthogonal to the normal
     (and becomes the x axis if nothing is left, as mju_normalize3 does).
     """
-    n = normal / jnp.sqrt(jnp.maximum(jnp.dot(normal, normal), 1e-30))
-    unset = jnp.dot(tangent, tangent) < 0.25
+    n = normal / jnp.sqrt(jnp.maximum(_dot(normal, normal), 1e-30))
+    unset = _dot(tangent, tangent) < 0.25
     alt = jnp.where((n[1] < 0.5) & (n[1] > -0.5), jnp.array([0.0, 1.0, 0.0], n.dtype),
                     jnp.array([0.0, 0.0, 1.0], n.dtype))
     t = jnp.where(unset, alt, tangent)
-    t = t - n * jnp.dot(n, t)
+    t = t - n * _dot(n, t)
     # MuJoCo's normalize maps a (near) zero vector to the x axis
-    tt = jnp.dot(t, t)
+    tt = _dot(t, t)
     small = tt < 1e-30
     t = jnp.where(small, jnp.array([1.0, 0.0, 0.0], n.dtype),
                   t / jnp.sqrt(jnp.where(small, 1.0, tt)))
