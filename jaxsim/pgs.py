@@ -18,7 +18,7 @@ from jax import lax
 
 from jaxsim import linalg, loops
 from jaxsim.math import MINVAL
-from jaxsim.smooth import solve_m
+from jaxsim.smooth import half_solve_m, solve_m
 from jaxsim.solver import (
     _CONE,
     _ELL,
@@ -86,17 +86,20 @@ class _Dual:
 
     def __init__(self, m: Model, d: State, p: _Problem, sub_r: bool = False):
         self.J = p.J
-        self.MinvJT = solve_m(m, d, p.J)  # rows: M^-1 J_i
         self.R = jnp.zeros_like(p.R) if sub_r else p.R
         R = self.R
         nefc, nv = p.J.shape
         self.dense = nefc <= min(DENSE_MAX_ROWS, max(DENSE_MIN_ROWS, DENSE_ROWS_PER_DOF * nv))
         if self.dense:
-            self.AR = p.J @ self.MinvJT.T + jnp.diag(p.R)
+            # J M^-1 J' = (J L^-1) D^-1 (J L^-1)': one product less than through M^-1 J'
+            # (which the dense form needs for nothing else)
+            X, dinv = half_solve_m(m, d, p.J)
+            self.AR = (X * dinv) @ X.T + jnp.diag(p.R)
             if sub_r:  # (as MuJoCo: AR with R taken off its diagonal)
                 self.AR = self.AR - jnp.diag(p.R)
             self.diag = jnp.diagonal(self.AR)
         else:
+            self.MinvJT = solve_m(m, d, p.J)  # rows: M^-1 J_i
             self.diag = jnp.sum(p.J * self.MinvJT, axis=1) + R
         self.b = p.J @ p.qacc_smooth - p.aref
 

@@ -952,6 +952,14 @@ def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     return Y.T.reshape(x.shape)
 
 
+def half_solve_m(m: Model, d: State, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x L^-1, D^-1) for rows x (n, nv): M^-1 = L^-1 D^-1 L^-T, so x M^-1 y' is
+    (x L^-1) D^-1 (y L^-1)' (a symmetric product such as J M^-1 J' in one matrix product
+    instead of two)."""
+    Li = _kept(_inv_unit_lower(m, d.qLD))
+    return jnp.matmul(x, Li), d.qLDiagInv
+
+
 # --------------------------------------------------------------------------- velocity
 
 
