@@ -936,13 +936,9 @@ def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
     if not m.nv:
         return x
     if x.ndim == 2:
-        # right-hand sides by rows (constraint rows): y = ((x L^-1) / D) L^-T with L^-1
-        # formed once, in the tree's sparsity, and applied as two matrix products: the
-        # substitution loops take nv sequential trips of several kernels each. As dots, not
-        # as math.mm's multiply-adds: those, once fused into a consumer (PGS's diagonal of
-        # J M^-1 J', a row-wise sum), ran 8x slower (1024 worlds, 78 rows, 23 dofs: 28 ->
-        # 3.5 ms); the gymnasium humanoid (PGS) at batch 1024, 4386 -> 4864 steps/s, at
-        # batch 1, 297 -> 383 (alternated medians, 2026-11-30)
+        # rows of right-hand sides (constraint rows): ((x L^-1) / D) L^-T, L^-1 formed once
+        # in the tree's sparsity, as two dots (not nv substitution trips, nor math.mm, which
+        # fused into a row-wise sum ran 8x slower: docs/performance.md, "Tiny products")
         Li = _kept(_inv_unit_lower(m, d.qLD))
         return jnp.matmul(jnp.matmul(x, Li) * d.qLDiagInv, Li.T)
     X = jnp.atleast_2d(x).T
@@ -953,9 +949,8 @@ def solve_m(m: Model, d: State, x: jax.Array) -> jax.Array:
 
 
 def half_solve_m(m: Model, d: State, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(x L^-1, D^-1) for rows x (n, nv): M^-1 = L^-1 D^-1 L^-T, so x M^-1 y' is
-    (x L^-1) D^-1 (y L^-1)' (a symmetric product such as J M^-1 J' in one matrix product
-    instead of two)."""
+    """(x L^-1, D^-1) for rows x (n, nv): x M^-1 y' = (x L^-1) D^-1 (y L^-1)' (J M^-1 J'
+    in one matrix product instead of two)."""
     Li = _kept(_inv_unit_lower(m, d.qLD))
     return jnp.matmul(x, Li), d.qLDiagInv
 
