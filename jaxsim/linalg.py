@@ -176,6 +176,35 @@ def lapack_ok(batch: int, work: int) -> bool:
     return batch * work < LAPACK_WORK
 
 
+# A large batch goes to LAPACK too, in a loop over chunks each small enough to stay on the
+# calling thread: the worlds' matrices are then factorised one after another in cache,
+# where the vectorised loops sweep the whole batch once per column (1024 Cholesky
+# factorisations of 27 x 27: 4.3-5.8 -> 1.9-2.6 ms; of 14 x 14: 1.25 -> 0.68 ms). The
+# triangular solves gain nothing this way (0.84 against 1.05 ms) and keep the loops.
+CHUNK_MAX = 32
+
+
+def chunk_size(batch: int, work: int) -> int:
+    """Worlds per LAPACK call when a batch of `batch` matrices of `work` flops each is done
+    in chunks; 0 when it should not be (a small batch, or LAPACK off or too small a
+    chunk to be worth a loop)."""
+    if batch <= SMALL_BATCH or not LAPACK_WORK:
+        return 0
+    c = min(CHUNK_MAX, (LAPACK_WORK - 1) // max(work, 1))
+    return c if c >= 2 else 0
+
+
+def map_chunks(f, x: jax.Array, c: int):
+    """f over chunks of `c` along x's leading axis (a loop), the results concatenated back;
+    the last chunk is padded with copies of x's first entry."""
+    b = x.shape[0]
+    k = -(-b // c)
+    if k * c > b:
+        x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (k * c - b,) + x.shape[1:])])
+    out = lax.map(f, x.reshape((k, c) + x.shape[1:]))
+    return jax.tree.map(lambda y: y.reshape((k * c,) + y.shape[2:])[:b], out)
+
+
 # The Cholesky factorisation of the loops is a primitive too: its lowering sees the final
 # shapes (LAPACK or the loops) and its batching rule the batch size (the loops with explicit
 # batch dimensions up to SMALL_BATCH worlds, vectorised above). Its derivatives are those
@@ -200,6 +229,10 @@ def _chol_batched(args, dims):
     a = jnp.moveaxis(a, d, 0)
     if a.shape[0] <= SMALL_BATCH:
         return _chol_p.bind(a), 0
+    n = a.shape[-1]
+    c = chunk_size(a.shape[0], n * n * n // 3) if a.ndim == 3 else 0
+    if c:  # each chunk a primitive of its own: an outer vmap cannot enlarge the call
+        return map_chunks(_chol_p.bind, a, c), 0
     if a.ndim > 3:  # an inner vmap's small-batch form: its loops over all of the batch
         return _chol2_loop(a), 0
     return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a), 0

@@ -871,8 +871,12 @@ def _ldl_impl(qM, *, parents):
     loop = jnp.vectorize(functools.partial(_ldl_loop, parents),
                          signature="(n,n)->(n,n),(n),()")
     nv = qM.shape[-1]
-    if not linalg.lapack_ok(int(np.prod(qM.shape[:-2])), nv * nv * nv // 3):
-        return loop(qM)
+    batch, work = int(np.prod(qM.shape[:-2])), nv * nv * nv // 3
+    if not linalg.lapack_ok(batch, work):
+        c = linalg.chunk_size(batch, work) if qM.ndim == 3 else 0
+        if not c:
+            return loop(qM)
+        return linalg.map_chunks(functools.partial(_ldl_impl, parents=parents), qM, c)
     L, D = _ldl_lapack(qM)
     fine = jnp.all(D >= math.MINVAL)  # no pivot to raise (false for a failed one, NaN)
     none = jnp.zeros(qM.shape[:-2], bool)

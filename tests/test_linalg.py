@@ -82,14 +82,15 @@ def test_solve_triangular(n, lower, trans, unit):
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-11)
 
 
-@pytest.mark.parametrize("batch", [None, 2, linalg.SMALL_BATCH + 4])
+@pytest.mark.parametrize("batch", [None, 2, linalg.SMALL_BATCH + 4, 2 * linalg.CHUNK_MAX + 5])
 @pytest.mark.parametrize("n", (3, 7, 14, 49))
 def test_loops_by_batch_size(batch, n):
     """The factorisation and the solves pick their loops by batch size (explicit-batch loops
-    up to SMALL_BATCH worlds, vectorised ones above): unbatched, a small vmapped batch and
-    a large one all equal numpy / scipy, the solves included, and a matrix that is
-    not positive definite gives NaN from its failing pivot on in every form (LAPACK's
-    form, for the smallest batches, all of it), without touching the other worlds."""
+    up to SMALL_BATCH worlds, vectorised ones above, the factorisation of a large batch
+    in LAPACK calls over chunks of worlds, the last one padded): unbatched, a small
+    vmapped batch and large ones all equal numpy / scipy, the solves included, and a
+    matrix that is not positive definite gives NaN from its failing pivot on in every form
+    (LAPACK's, all of it), without touching the other worlds."""
     rng = np.random.default_rng(n + (batch or 0))
     k = batch or 1
     A = _spd(rng, n, k)

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mjadapter import model_from_mujoco, state_from_mujoco  # noqa: E402
 
 import jaxsim  # noqa: E402
-from jaxsim import constants, smooth  # noqa: E402
+from jaxsim import constants, linalg, smooth  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -484,6 +484,38 @@ def test_factor_m_by_lapack_matches_mujoco():
         _close("qLDiagInv", d.qLDiagInv, md.qLDiagInv, 1e-10)
         assert int(d.warning[0]) == int(md.warning[mujoco.mjtWarning.mjWARN_INERTIA].number > 0)
         assert int(d.warning[0]) == warned
+
+
+def test_factor_m_large_batch_by_lapack_chunks_matches_mujoco():
+    """A large batch factorises M with LAPACK in calls over chunks of worlds (the last one
+    padded); a chunk with a pivot to raise falls back to the level loop. Every world
+    matches mj_factorM, the singular model's clamped pivots and warnings included."""
+    singular = _WIDE_TREES[_WIDE_TREES.index('  <body pos="3 0 1">'):
+                           _WIDE_TREES.index("</worldbody>")]
+    for xml, warned in ((_WIDE_TREES.replace(singular, ""), 0), (_WIDE_TREES, 1)):
+        mm = mujoco.MjModel.from_xml_string(xml)
+        m = jaxsim.load_string(xml, dtype=jnp.float64)
+        c = linalg.chunk_size(linalg.SMALL_BATCH + 1, m.nv ** 3 // 3)
+        assert c >= 2
+        batch = 2 * c + 1
+        rng = np.random.default_rng(5)
+        qpos = mm.qpos0 + 0.3 * rng.standard_normal((batch, mm.nq))
+
+        def run(m, d):
+            return smooth.factor_m(m, smooth.make_m(m, smooth.com_pos(m, smooth.kinematics(m, d))))
+
+        st = jax.vmap(lambda q: jaxsim.make_state(m).replace(qpos=q))(jnp.asarray(qpos))
+        f = jax.jit(jax.vmap(run, in_axes=(None, 0)))
+        assert "lapack_dpotrf" in f.lower(m, st).as_text()
+        d = f(m, st)
+        for w in range(batch):
+            md = mujoco.MjData(mm)
+            md.qpos[:] = qpos[w]
+            mujoco.mj_forward(mm, md)
+            _close("qLD", d.qLD[w], _dense(mm, md, mm.M_rownnz, mm.M_rowadr, mm.M_colind,
+                                           md.qLD, mm.nv), 1e-10)
+            _close("qLDiagInv", d.qLDiagInv[w], md.qLDiagInv, 1e-10)
+            assert int(d.warning[w, 0]) == warned
 
 
 def test_wide_forest_loads():
