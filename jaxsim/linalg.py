@@ -179,8 +179,9 @@ def lapack_ok(batch: int, work: int) -> bool:
 # A large batch goes to LAPACK too, in a loop over chunks each small enough to stay on the
 # calling thread: the worlds' matrices are then factorised one after another in cache,
 # where the vectorised loops sweep the whole batch once per column (1024 Cholesky
-# factorisations of 27 x 27: 4.3-5.8 -> 1.9-2.6 ms; of 14 x 14: 1.25 -> 0.68 ms). The
-# triangular solves gain nothing this way (0.84 against 1.05 ms) and keep the loops.
+# factorisations of 27 x 27: 4.3-5.8 -> 1.9-2.6 ms; of 14 x 14: 1.25 -> 0.68 ms; a
+# cho_solve of one right-hand side, 27 x 27: 2.0-2.6 -> 1.0 ms, 14 x 14: 0.63-0.76 ->
+# 0.59-0.64 ms).
 CHUNK_MAX = 32
 
 
@@ -194,14 +195,19 @@ def chunk_size(batch: int, work: int) -> int:
     return c if c >= 2 else 0
 
 
-def map_chunks(f, x: jax.Array, c: int):
-    """f over chunks of `c` along x's leading axis (a loop), the results concatenated back;
-    the last chunk is padded with copies of x's first entry."""
-    b = x.shape[0]
+def map_chunks(f, x, c: int):
+    """f over chunks of `c` along the leading axis of x (an array or a tuple of them) in a
+    loop, the results concatenated back; the last chunk is padded with copies of the
+    first entry."""
+    b = jax.tree.leaves(x)[0].shape[0]
     k = -(-b // c)
-    if k * c > b:
-        x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (k * c - b,) + x.shape[1:])])
-    out = lax.map(f, x.reshape((k, c) + x.shape[1:]))
+
+    def split(a):
+        if k * c > b:
+            a = jnp.concatenate([a, jnp.broadcast_to(a[:1], (k * c - b,) + a.shape[1:])])
+        return a.reshape((k, c) + a.shape[1:])
+
+    out = lax.map(f, jax.tree.map(split, x))
     return jax.tree.map(lambda y: y.reshape((k * c,) + y.shape[2:])[:b], out)
 
 
@@ -269,9 +275,14 @@ mlir.register_lowering(_tri_p, mlir.lower_fun(_tri_impl, multiple_results=False)
 def _tri_batched(args, dims, *, lower, unit):
     size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
     A, B = (x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims, strict=True))
-    if size <= SMALL_BATCH or A.shape[-1] <= UNROLL:
+    n = A.shape[-1]
+    c = chunk_size(size, n * n * B.shape[-1]) if max(A.ndim, B.ndim) == 3 else 0
+    if size <= SMALL_BATCH or n <= UNROLL or c:
         A, B = (x if d is not None else jnp.broadcast_to(x, (size,) + x.shape)
                 for x, d in zip((A, B), dims, strict=True))
+        if c and n > UNROLL:  # LAPACK over chunks of worlds (see CHUNK_MAX)
+            return map_chunks(lambda ab: _tri_p.bind(*ab, lower=lower, unit=unit), (A, B),
+                              c), 0
         return _tri_p.bind(A, B, lower=lower, unit=unit), 0
     # A and B may carry more leading dimensions (an inner vmap's small-batch form)
     out = jnp.vectorize(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
