@@ -26,13 +26,14 @@ from jaxsim.struct import Struct, leaf, static
 class Efc(Struct):
     """Constraint rows (all arrays have leading dimension nefc unless said otherwise)."""
 
-    J: jax.Array = leaf("(nefc, nv)", "constraint Jacobian")
+    J: jax.Array = leaf("(nefc, nv)", "constraint Jacobian; zero on inactive rows")
     pos: jax.Array = leaf("(nefc,)", "constraint position (violation), efc_pos")
     margin: jax.Array = leaf("(nefc,)", "inclusion margin, efc_margin")
     frictionloss: jax.Array = leaf("(nefc,)", "friction loss (friction rows), else 0")
     R: jax.Array = leaf("(nefc,)", "regulariser from solimp (efc_R); finite, > 0 in every row")
     D: jax.Array = leaf("(nefc,)", "1 / R on active rows, 0 on inactive rows (efc_D)")
-    aref: jax.Array = leaf("(nefc,)", "reference acceleration from solref (efc_aref)")
+    aref: jax.Array = leaf("(nefc,)", "reference acceleration from solref (efc_aref); 0 on "
+                           "inactive rows")
     vel: jax.Array = leaf("(nefc,)", "J qvel (efc_vel)")
     type: jax.Array = leaf("(nefc,)", "int32 ConstraintType (types.ConstraintType)")
     id: jax.Array = leaf("(nefc,)", "int32 id of the object (equality, dof, joint, tendon, contact)")

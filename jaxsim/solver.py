@@ -197,11 +197,11 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
     return _Problem(
         may_eq=may_eq, may_fric=may_fric, unit=_unit_rows(m, d, efc),
         M=d.qM, qfrc_smooth=d.qfrc_smooth, qacc_smooth=d.qacc_smooth,
-        J=jnp.where(act[:, None], efc.J, 0.0).astype(dt),
-        D=jnp.where(act, efc.D, 0.0).astype(dt),
-        R=jnp.where(act, efc.R, 1.0).astype(dt),
+        # J, D, R and aref are those of the inactive rows already (see Efc); a copy of J
+        # here cost the ant at batch 1024 0.8 ms per forward
+        J=efc.J.astype(dt), D=efc.D.astype(dt), R=efc.R.astype(dt),
         floss=jnp.where(act & is_fric, efc.frictionloss, 0.0).astype(dt),
-        aref=jnp.where(act, efc.aref, 0.0).astype(dt),
+        aref=efc.aref.astype(dt),
         kind=kind, pyr=pyr, rc=rc, rj=rj, ci=ci, cm=cm, cdim=cdim, mu=mu, s=s, fric=fric,
         scale=1.0 / jnp.trace(d.qM),
     )

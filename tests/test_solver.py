@@ -130,10 +130,11 @@ def _efc(m, d, seed=1):
     def pos(shape):
         return rng.random(shape) + 0.1
 
+    # padding holds junk, except where Efc promises zeros on inactive rows (J, D, aref)
     efc = Efc(
-        J=rows(d.efc_J.reshape(d.nefc, m.nv), rnd), pos=rows(d.efc_pos, rnd),
+        J=rows(d.efc_J.reshape(d.nefc, m.nv), np.zeros), pos=rows(d.efc_pos, rnd),
         margin=rows(d.efc_margin, rnd), frictionloss=rows(d.efc_frictionloss, pos),
-        R=rows(d.efc_R, pos), D=rows(d.efc_D, pos), aref=rows(d.efc_aref, rnd),
+        R=rows(d.efc_R, pos), D=rows(d.efc_D, np.zeros), aref=rows(d.efc_aref, np.zeros),
         vel=rows(d.efc_vel, rnd),
         type=jnp.asarray(np.where(act, d.efc_type[idx], rng.integers(0, 8, n)), jnp.int32),
         id=jnp.asarray(np.where(act, d.efc_id[idx], 0), jnp.int32),
