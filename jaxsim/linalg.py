@@ -16,11 +16,13 @@ triangular solves, block elimination with the Schur complement), so large factor
 are mostly matrix products. All functions accept leading batch dimensions. Batches of at
 most SMALL_BATCH worlds (and single worlds) run the loops in a form that launches fewer
 kernels per trip; the batching rules choose (see "small-batch kernels"), and the smallest
-of those go to LAPACK in calls too small for jaxlib to split (see `LAPACK_WORK`).
+of those go to LAPACK in calls too small for jaxlib to split (see `LAPACK_WORK`). Larger
+batches go to LAPACK in a loop over chunks of worlds, each call as small (`CHUNK_MAX`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -223,30 +225,40 @@ def map_chunks(f, x, c: int):
 _chol_p = Primitive("jaxsim_cholesky")
 
 
-def _chol_impl(a):
+def _chol_impl(a, *, cpu=False):
     n = a.shape[-1]
-    if lapack_ok(math.prod(a.shape[:-2]), n * n * n // 3):
+    batch, work = math.prod(a.shape[:-2]), n * n * n // 3
+    if lapack_ok(batch, work):
         return lax.linalg.cholesky(a, symmetrize_input=False)
+    c = chunk_size(batch, work) if cpu and a.ndim == 3 else 0
+    if c:  # LAPACK over chunks of worlds (see CHUNK_MAX)
+        return map_chunks(lambda x: lax.linalg.cholesky(x, symmetrize_input=False), a, c)
+    if a.ndim == 3 and batch > SMALL_BATCH:
+        return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a)
     return _chol2_loop(a)
+
+
+def cpu_lowering(prim: Primitive, impl, multiple_results: bool = False) -> None:
+    """Lowers `prim` by `impl`, with `cpu=True` on the CPU (LAPACK over chunks of worlds
+    there; elsewhere a loop of small library calls would serialise the device)."""
+    mlir.register_lowering(prim, mlir.lower_fun(impl, multiple_results=multiple_results))
+    mlir.register_lowering(prim, mlir.lower_fun(functools.partial(impl, cpu=True),
+                                                multiple_results=multiple_results),
+                           platform="cpu")
 
 
 _chol_p.def_impl(_chol_impl)
 _chol_p.def_abstract_eval(lambda a: jax.core.ShapedArray(a.shape, a.dtype))
-mlir.register_lowering(_chol_p, mlir.lower_fun(_chol_impl, multiple_results=False))
+cpu_lowering(_chol_p, _chol_impl)
 
 
 def _chol_batched(args, dims):
     (a,), (d,) = args, dims
     a = jnp.moveaxis(a, d, 0)
-    if a.shape[0] <= SMALL_BATCH:
+    if a.shape[0] <= SMALL_BATCH or a.ndim == 3:  # the lowering picks the form
         return _chol_p.bind(a), 0
-    n = a.shape[-1]
-    c = chunk_size(a.shape[0], n * n * n // 3) if a.ndim == 3 else 0
-    if c:  # each chunk a primitive of its own: an outer vmap cannot enlarge the call
-        return map_chunks(_chol_p.bind, a, c), 0
-    if a.ndim > 3:  # an inner vmap's small-batch form: its loops over all of the batch
-        return _chol2_loop(a), 0
-    return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a), 0
+    # an inner vmap's small-batch form: its loops over all of the batch
+    return _chol2_loop(a), 0
 
 
 batching.primitive_batchers[_chol_p] = _chol_batched
@@ -262,33 +274,37 @@ def _chol2(a: jax.Array) -> jax.Array:
 _tri_p = Primitive("jaxsim_triangular_solve")
 
 
-def _tri_impl(A, B, *, lower, unit):
+def _tri_impl(A, B, *, lower, unit, cpu=False):
     n = A.shape[-1]
     if n <= UNROLL:
         return _tri_unrolled(A, B, lower, unit)
-    if lapack_ok(math.prod(B.shape[:-2]), n * n * B.shape[-1]):
+    batch, work = math.prod(B.shape[:-2]), n * n * B.shape[-1]
+    if lapack_ok(batch, work):
         return lax.linalg.triangular_solve(A, B, left_side=True, lower=lower,
                                            unit_diagonal=unit)
+    flat = A.ndim == B.ndim == 3  # one batch dimension
+    c = chunk_size(batch, work) if cpu and flat else 0
+    if c:  # LAPACK over chunks of worlds (see CHUNK_MAX)
+        return map_chunks(lambda ab: lax.linalg.triangular_solve(
+            ab[0], ab[1], left_side=True, lower=lower, unit_diagonal=unit), (A, B), c)
+    if flat and batch > SMALL_BATCH:
+        return jnp.vectorize(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
+                             signature="(n,n),(n,k)->(n,k)")(A, B)
     return _tri2_loop(A, B, lower, unit)
 
 
 _tri_p.def_impl(_tri_impl)
 _tri_p.def_abstract_eval(lambda A, B, **_: jax.core.ShapedArray(B.shape, B.dtype))
-mlir.register_lowering(_tri_p, mlir.lower_fun(_tri_impl, multiple_results=False))
+cpu_lowering(_tri_p, _tri_impl)
 
 
 def _tri_batched(args, dims, *, lower, unit):
     size = next(x.shape[d] for x, d in zip(args, dims, strict=True) if d is not None)
     A, B = (x if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims, strict=True))
-    n = A.shape[-1]
-    c = chunk_size(size, n * n * B.shape[-1]) if max(A.ndim, B.ndim) == 3 else 0
-    if size <= SMALL_BATCH or n <= UNROLL or c:
+    if size <= SMALL_BATCH or A.shape[-1] <= UNROLL or max(A.ndim, B.ndim) == 3:
         A, B = (x if d is not None else jnp.broadcast_to(x, (size,) + x.shape)
                 for x, d in zip((A, B), dims, strict=True))
-        if c and n > UNROLL:  # LAPACK over chunks of worlds (see CHUNK_MAX)
-            return map_chunks(lambda ab: _tri_p.bind(*ab, lower=lower, unit=unit), (A, B),
-                              c), 0
-        return _tri_p.bind(A, B, lower=lower, unit=unit), 0
+        return _tri_p.bind(A, B, lower=lower, unit=unit), 0  # the lowering picks the form
     # A and B may carry more leading dimensions (an inner vmap's small-batch form)
     out = jnp.vectorize(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
                         signature="(n,n),(n,k)->(n,k)")(A, B)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 from jax import lax
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import batching
 
 from jaxsim import hostnp, linalg, math, scan
 from jaxsim.collision.common import contact_bodies
@@ -852,11 +852,10 @@ def _ldl_loop(parents: tuple, qM: jax.Array):
 # ~11 us at batch 1), LAPACK's Cholesky of the 27 x 27 matrix ~2 us. The factorisation is
 # the same one in the reversed dof order (L'DL of M is LDL' of the reversed M), and the
 # tree's sparsity has no fill-in in that order either, so the entries outside it come out
-# exactly zero. A primitive, so the choice is made when the program is lowered, on the
-# final batch (`linalg.lapack_ok`: LAPACK only where jaxlib cannot split the call);
-# derivatives are the level loop's. Up to _LDL_LOOP_LEVELS levels XLA writes the loop out
-# and it stays cheaper (gymnasium hopper, 6 levels: 0.3 us; the call and its check cost
-# more, and the hopper's step was 6 % slower with them).
+# exactly zero. A primitive: the lowering chooses on the final batch (`linalg.lapack_ok`;
+# on the CPU, large batches in chunks); derivatives are the level loop's. Up to
+# _LDL_LOOP_LEVELS levels XLA writes the loop out and it stays cheaper (gymnasium hopper,
+# 6 levels: 0.3 us; with the call and its check the hopper's step was 6 % slower).
 _LDL_LOOP_LEVELS = 6
 
 
@@ -867,13 +866,13 @@ def _ldl_lapack(M: jax.Array):
     return jnp.tril(U[..., ::-1, ::-1], -1), (c * c)[..., ::-1]
 
 
-def _ldl_impl(qM, *, parents):
+def _ldl_impl(qM, *, parents, cpu=False):
     loop = jnp.vectorize(functools.partial(_ldl_loop, parents),
                          signature="(n,n)->(n,n),(n),()")
     nv = qM.shape[-1]
     batch, work = int(np.prod(qM.shape[:-2])), nv * nv * nv // 3
     if not linalg.lapack_ok(batch, work):
-        c = linalg.chunk_size(batch, work) if qM.ndim == 3 else 0
+        c = linalg.chunk_size(batch, work) if cpu and qM.ndim == 3 else 0  # CHUNK_MAX
         if not c:
             return loop(qM)
         return linalg.map_chunks(functools.partial(_ldl_impl, parents=parents), qM, c)
@@ -898,7 +897,7 @@ _ldl_p = Primitive("jaxsim_tree_ldl")
 _ldl_p.multiple_results = True
 _ldl_p.def_impl(_ldl_impl)
 _ldl_p.def_abstract_eval(_ldl_abstract)
-mlir.register_lowering(_ldl_p, mlir.lower_fun(_ldl_impl, multiple_results=True))
+linalg.cpu_lowering(_ldl_p, _ldl_impl, multiple_results=True)
 batching.primitive_batchers[_ldl_p] = _ldl_batched
 
 

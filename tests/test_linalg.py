@@ -108,6 +108,9 @@ def test_loops_by_batch_size(batch, n):
                                                         unit_diagonal=unit))
         return outs
 
+    if batch == 2 * linalg.CHUNK_MAX + 5 and n > linalg.UNROLL:  # the chunked LAPACK form
+        text = jax.jit(jax.vmap(run)).lower(A, b).as_text()
+        assert "potrf" in text and "trsm" in text and "while" in text
     outs = jax.jit(run)(A[0], b[0]) if batch is None else jax.jit(jax.vmap(run))(A, b)
     outs = [np.asarray(o).reshape((k,) + o.shape[-2 if i == 0 else -1:]) for i, o in
             enumerate(outs)]
