@@ -219,7 +219,7 @@ def map_chunks(f, x, c: int):
 
 
 # The Cholesky factorisation of the loops is a primitive too: its lowering sees the final
-# shapes (LAPACK or the loops) and its batching rule the batch size (the loops with explicit
+# shapes and picks the form (LAPACK whole or, on the CPU, in chunks; the loops with explicit
 # batch dimensions up to SMALL_BATCH worlds, vectorised above). Its derivatives are those
 # of `_chol` (a custom_jvp), so the primitive itself needs none.
 _chol_p = Primitive("jaxsim_cholesky")
@@ -268,9 +268,9 @@ def _chol2(a: jax.Array) -> jax.Array:
     return _chol_p.bind(a)
 
 
-# The triangular solve is a primitive of its own: its batching rule picks the loops, and
-# it has derivative rules (linear in B; the transpose solves with A'), so every solve,
-# differentiated or not, runs the small-batch loops when the batch is small.
+# The triangular solve is a primitive of its own: its lowering picks the form as the
+# Cholesky's does, and it has derivative rules (linear in B; the transpose solves with A'),
+# so every solve, differentiated or not, takes the same forms.
 _tri_p = Primitive("jaxsim_triangular_solve")
 
 
