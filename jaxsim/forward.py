@@ -80,8 +80,13 @@ def xfrc_accumulate(m: Model, d: State) -> jax.Array:
     if not m.nv or m.nbody < 2:
         return jnp.zeros(m.nv, d.qpos.dtype)
     b = np.arange(1, m.nbody)
-    x = d.xfrc_applied[b]
-    return _passive.apply_ft(m, d, x[:, :3], x[:, 3:], d.xipos[b], b)
+
+    def accumulate(x, xipos, com, cdof):
+        dd = d.replace(subtree_com=com, cdof=cdof)
+        return _passive.apply_ft(m, dd, x[:, :3], x[:, 3:], xipos[b], b)
+
+    # mostly no wrench is applied: skipped then (as MuJoCo skips zero wrenches)
+    return loops.zero_unless(accumulate, d.xfrc_applied[b], d.xipos, d.subtree_com, d.cdof)
 
 
 def fwd_acceleration(m: Model, d: State) -> State:

@@ -20,10 +20,24 @@ def _jdj_dense(J: jax.Array, w: jax.Array) -> jax.Array:
     return (J * w[:, None]).T @ J
 
 
+# up to this many rows the batched product is a written-out sum of row outer products (one
+# fused kernel over the batch, in place of XLA's library call for the summed broadcast
+# product: the gymnasium ant's 24 compact contact rows x 14 dofs at batch 1024, in-process
+# alternations, 12,410 -> 13,247 steps/s, all 7 rounds faster; hopper 26,872 -> 27,874;
+# the MJX humanoid's 32 rows unchanged). Beyond it the written-out sum grows the program.
+_UNROLL_ROWS = 64
+
+
 def _jdj_sum(J: jax.Array, w: jax.Array) -> jax.Array:
+    Jw = J * w[:, None]
+    if J.shape[0] <= _UNROLL_ROWS:
+        H = jnp.zeros((J.shape[1], J.shape[1]), J.dtype)
+        for i in range(J.shape[0]):
+            H = H + Jw[i][:, None] * J[i][None, :]
+        return H
     # as a broadcast product summed over the rows: batched, twice as fast as the batched
     # small dot on the CPU (1024 worlds x 32 rows x 27 dofs: 2.5 against 5.2 ms)
-    return jnp.sum((J * w[:, None])[:, :, None] * J[:, None, :], axis=0)
+    return jnp.sum(Jw[:, :, None] * J[:, None, :], axis=0)
 
 
 def _jdj_few(J: jax.Array, w: jax.Array, cap: int) -> jax.Array:

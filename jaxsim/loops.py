@@ -273,6 +273,20 @@ def unless_all(pred, cheap_fn, full_fn):
     return _custom_batched(run, rule, pred, cf.operands, ff.operands)
 
 
+def zero_unless(fn, x, *rest):
+    """`fn(x, *rest)`, a function that is zero wherever x is zero (a force from an applied
+    wrench). Batched, it runs only when some world's x is not all zero, and returns zeros
+    otherwise (one reduction and a conditional); unbatched, a `lax.cond`. Derivatives are
+    those of `fn`."""
+    out = jax.eval_shape(fn, x, *rest)
+
+    def fast(p, *args):
+        return unless_all(p, lambda: jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), out),
+                          lambda: fn(*args))
+
+    return _dense_jvp(fast, lambda p, *args: fn(*args))(jnp.all(x == 0), x, *rest)
+
+
 def _chunked_map(f, mask, items, shared, chunk: int):
     """f over the rows of `items` where `mask`, `chunk` rows per trip (zeros elsewhere)."""
     n = mask.shape[0]

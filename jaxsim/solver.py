@@ -555,8 +555,10 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
 
     Points are [alpha, cost - cost(0), d cost, d2 cost]. MuJoCo's sequence of evaluations
     runs as a state machine with one evaluation per loop step (one copy of the cost code):
-    0 the origin, 1 its Newton point, 2 one-sided Newton steps, 3 the first bracket's
-    Newton point, 4 the bracket's midpoint, 5 and 6 the updated brackets' Newton points.
+    1 the origin's Newton point, 2 one-sided Newton steps, 3 the first bracket's Newton
+    point, 4 the bracket's midpoint, 5 and 6 the updated brackets' Newton points. The
+    origin itself is evaluated before the loop (a loop step fewer per search: most
+    searches end at the origin's Newton point, two evaluations in all).
     Returns (alpha, improvement, number of evaluations, |derivative| at alpha); alpha = 0
     means no improvement. With `skip` (a world of a vmapped batch whose solver has already
     stopped) no point is evaluated and alpha is 0. With islands, each runs its own search
@@ -593,9 +595,8 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
     def pick(c):
         """The next point to evaluate."""
         ph, p0, p1, p2 = c["phase"], c["p0"], c["p1"], c["p2"]
-        return jnp.select(
-            [ph == 0, ph == 1, ph == 4, ph == 6],
-            [0.0 * p0[A], newton(p0), 0.5 * (p1[A] + p2[A]), newton(p2)], newton(p1))
+        return jnp.select([ph == 1, ph == 4, ph == 6],
+                          [newton(p0), 0.5 * (p1[A] + p2[A]), newton(p2)], newton(p1))
 
     def advance(c, q):
         """The state after evaluating q = [alpha, cost, d cost, d2 cost]."""
@@ -607,8 +608,7 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
         b1, b2 = c["b1"], c["b2"]
         nph = ph
 
-        # 0, 1: origin and its Newton point (converged at once, or pick a direction)
-        p0 = jnp.where(ph == 0, q, p0)
+        # 1: the origin's Newton point (converged at once, or pick a direction)
         first = ph == 1
         conv0 = first & converged(q, gtol) & ((q[A] == 0) | (q[C] < 0))
         direction = jnp.where(first, jnp.where(q[G] < 0, 1.0, -1.0), direction)
@@ -622,7 +622,7 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
         one_sided = (first | step) & ~conv0 & ~conv1
         keep = one_sided & (p1[G] * direction <= -gtol) & (n < ls_iterations)
         leave = one_sided & ~keep
-        nph = jnp.where(ph == 0, 1, jnp.where(keep, 2, nph))
+        nph = jnp.where(keep, 2, nph)
         nobracket = leave & (n >= ls_iterations)
         done, res = done | nobracket, jnp.where(nobracket, p1, res)
         p2n = jnp.where(leave, p1, p2n)
@@ -670,7 +670,8 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
                     dir=direction, done=done, res=jnp.where(done, res, c["res"]),
                     ok=jnp.where(done, ok, c["ok"]), gtol=gtol)
 
-    init = dict(phase=jnp.int32(0), n=jnp.int32(0), p0=zero, p1=zero, p2=zero, p1n=zero,
+    origin = _eval(p, ln, jnp.zeros((isl.n,) if isl is not None else (), zero.dtype), isl)
+    init = dict(phase=jnp.int32(1), n=jnp.int32(1), p0=zero, p1=zero, p2=zero, p1n=zero,
                 p2n=zero, b1=jnp.bool_(False), b2=jnp.bool_(False), dir=zero[0],
                 done=jnp.asarray(skip, bool), res=zero, ok=jnp.bool_(True),
                 gtol=jnp.asarray(gtol, zero.dtype))
@@ -700,11 +701,13 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
             c = unpack(s)
             return pack(advance(c, _eval(p, ln, pick(c))))
 
+        init["p0"] = origin
         c = unpack(lax.while_loop(lambda s: s[DONE] == 0, body, pack(init)))
     else:
         init = {k: jnp.broadcast_to(v, (isl.n,) + v.shape) for k, v in init.items()}
         init["done"] = jnp.broadcast_to(jnp.asarray(skip, bool), (isl.n,))
         init["gtol"] = jnp.broadcast_to(jnp.asarray(gtol, zero.dtype), (isl.n,))
+        init["p0"] = origin
 
         def body(s):
             c = jax.vmap(unpack)(s)

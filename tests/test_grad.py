@@ -199,3 +199,56 @@ def test_ant_rollout_grad_is_finite():
         print(f"ant d loss / d {('ctrl', 'qvel0')[arg]} along a random direction: "
               f"grad {ad:.10g} fd {fd:.10g} (h {h:g})")
         assert abs(ad - fd) <= 0.01 * abs(fd), (ad, fd, h)
+
+
+ARM = """
+<mujoco>
+  <worldbody>
+    <body name="base" pos="0 0 1">
+      <freejoint/>
+      <geom type="box" size=".1 .2 .05" mass="2"/>
+      <body name="link" pos=".1 0 0">
+        <joint type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 .3 0 0" size=".03" mass=".5"/>
+        <body name="tip" pos=".3 0 0">
+          <joint type="ball"/>
+          <geom type="sphere" size=".04" pos=".05 .02 0" mass=".2"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_applied_wrench_grad_is_the_com_jacobian():
+    """d qfrc / d xfrc_applied is MuJoCo's Jacobian of each body's com (mj_jacBodyCom),
+    transposed, with no wrench applied (where the accumulation is skipped) and with one,
+    in forward and reverse mode."""
+    import mujoco
+
+    from jaxsim.forward import fwd_position, xfrc_accumulate
+
+    mj = mujoco.MjModel.from_xml_string(ARM)
+    md = mujoco.MjData(mj)
+    rng = np.random.default_rng(1)
+    md.qpos[:] = np.concatenate([[0.1, -0.2, 1.0], np.array([1, .2, -.1, .3]) / 1.0677,
+                                 [0.4], np.array([.9, .1, .3, -.2]) / 0.9747])
+    mujoco.mj_normalizeQuat(mj, md.qpos)
+    mujoco.mj_forward(mj, md)
+    ref = np.zeros((mj.nbody, 6, mj.nv))
+    for b in range(1, mj.nbody):
+        jacp, jacr = np.zeros((3, mj.nv)), np.zeros((3, mj.nv))
+        mujoco.mj_jacBodyCom(mj, md, jacp, jacr, b)
+        ref[b] = np.concatenate([jacp, jacr])
+    model = jaxsim.load_string(ARM, dtype=jnp.float64)
+    d = fwd_position(model, jaxsim.make_state(model).replace(qpos=jnp.asarray(md.qpos)))
+
+    def qfrc(x):
+        return xfrc_accumulate(model, d.replace(xfrc_applied=x))
+
+    want = np.transpose(ref, (2, 0, 1))  # (nv, nbody, 6)
+    for x in (np.zeros((mj.nbody, 6)), rng.normal(size=(mj.nbody, 6))):
+        for jac in (jax.jacfwd, jax.jacrev):
+            got = jax.jit(jac(qfrc))(jnp.asarray(x))
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

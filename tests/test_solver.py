@@ -588,13 +588,16 @@ def test_hessian_of_single_entry_rows():
     np.testing.assert_allclose(dense, ref, rtol=1e-12, atol=1e-12)
 
 
-def test_hessian_product_on_the_rows_in_use():
+@pytest.mark.parametrize("nefc", [48, 80])
+def test_hessian_product_on_the_rows_in_use(nefc):
     """J' diag(w) J, the Newton Hessian's constraint part: over a large batch it takes the
     first `_few_rows` rows with w != 0 and the whole J only in the worlds with more; a small
     batch and a single world take the whole J. Equal to numpy in every world, those past the
-    compacted row count included, and under nested vmaps."""
+    compacted row count included, and under nested vmaps; the whole J as a written-out sum
+    of rows (48) and as a summed broadcast product (80)."""
+    assert (nefc <= hessian._UNROLL_ROWS) == (nefc == 48)
     rng = np.random.default_rng(3)
-    nefc, nv, B = 48, 10, 24
+    nv, B = 10, 24
     cap = hessian._few_rows(nefc, nv)
     assert cap == 16
     J = rng.normal(size=(B, nefc, nv))
