@@ -711,10 +711,13 @@ def crb(m: Model, d: State) -> State:
     if not m.nv:
         return d.replace(crb=crb_, qM=jnp.zeros((0, 0), _dtype(m)))
     buf = math.mul_inert_vec(crb_[_np(m.dof_bodyid)], d.cdof)
-    anc = jnp.asarray(scan.dof_ancestors(m.dof_parentid))
-    f = math.mm(buf, d.cdof.T)  # [i, j] = cdof_j . (crb_i cdof_i)
-    low = jnp.where(anc, f, 0.0)
-    qM = low + jnp.tril(low, -1).T + jnp.diag(dof_armature(m))
+    anc = scan.dof_ancestors(m.dof_parentid)
+    # [i, j] = cdof_j . (crb_i cdof_i) where j is i or an ancestor of i, its mirror image
+    # above the diagonal; both triangles as products of their own (a transpose of the
+    # lower one made XLA evaluate each entry twice, in every fusion that reads qM)
+    low = math.mm(buf, d.cdof.T)
+    up = math.mm(d.cdof, buf.T)
+    qM = jnp.where(anc, low, jnp.where(anc.T & ~anc, up, 0.0)) + jnp.diag(dof_armature(m))
     return d.replace(crb=crb_, qM=qM)
 
 

@@ -203,7 +203,7 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
         floss=jnp.where(act & is_fric, efc.frictionloss, 0.0).astype(dt),
         aref=efc.aref.astype(dt),
         kind=kind, pyr=pyr, rc=rc, rj=rj, ci=ci, cm=cm, cdim=cdim, mu=mu, s=s, fric=fric,
-        scale=1.0 / jnp.trace(d.qM),
+        scale=1.0 / jnp.sum(jnp.diagonal(d.qM)),
     )
 
 
