@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mjadapter import model_from_mujoco, state_from_mujoco  # noqa: E402
 
 import jaxsim  # noqa: E402
-from jaxsim import constants, linalg, smooth  # noqa: E402
+from jaxsim import constants, linalg, massmatrix, smooth  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -441,7 +441,7 @@ def test_factor_m_by_levels_matches_mujoco(sparse, monkeypatch):
     gathered ancestor blocks as for wide forests) against mj_factorM, traced and on the
     host (set_const), including a clamped pivot (four slides in three dimensions: singular M)."""
     if sparse:
-        monkeypatch.setattr(smooth, "DENSE_LEVEL_MAX", 0)
+        monkeypatch.setattr(massmatrix, "DENSE_LEVEL_MAX", 0)
     mm = mujoco.MjModel.from_xml_string(_WIDE_TREES)
     md = mujoco.MjData(mm)
     rng = np.random.default_rng(3)
@@ -470,8 +470,8 @@ def test_factor_m_by_lapack_matches_mujoco():
         md.qpos[:] = mm.qpos0 + 0.3 * np.random.default_rng(4).standard_normal(mm.nq)
         mujoco.mj_forward(mm, md)
         m = jaxsim.load_string(xml, dtype=jnp.float64)
-        assert len(smooth._ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))[1]) \
-            > smooth._LDL_LOOP_LEVELS
+        assert len(massmatrix._ldl_plan(tuple(int(p) for p in np.asarray(m.dof_parentid)))[1]) \
+            > massmatrix._LDL_LOOP_LEVELS
 
         def run(m, d):
             return smooth.factor_m(m, smooth.make_m(m, smooth.com_pos(m, smooth.kinematics(m, d))))
