@@ -16,6 +16,12 @@ PCG32-shuffled visitation order, and the per-iteration statistics of mjData.solv
 Everything is computed on fixed shapes: rows that MuJoCo would not have (`Efc.active`
 false) are masked out, whatever values they hold.
 
+Below float64 the primal solvers stop on stagnation as well (a step that no longer moves
+qacc at the working precision), and a problem of at most `EXACT_SEARCH` rows without
+elliptic cones or islands minimises along the line in closed form (`_exact_search`: the
+line's exact minimum from the slopes at its kinks, no loop) rather than by MuJoCo's
+bracketing loop, whose tolerance float32 cannot resolve. float64 follows MuJoCo throughout.
+
 Gradients do not go through the iterations. `solve` returns the solver's answer with
 derivatives from the implicit function theorem applied to the optimality condition
 M (qacc - qacc_smooth) = J' f(J qacc - aref) at the solution, with the constraint states
@@ -549,6 +555,73 @@ def _eval(p: _Problem, ln: _Line, alpha, isl: _Isl | None = None):
     return jnp.stack([alpha, cost, d0, d1], -1)
 
 
+# float32 (and narrower) problems of at most this many rows, without elliptic cones or
+# islands, take `_exact_search`
+EXACT_SEARCH = 48
+
+
+def _exact_search(p: _Problem, ln: _Line, skip):
+    """The exact minimiser along the line of a cost made of quadratic pieces (no elliptic
+    cone), without a loop: the cost's derivative is continuous, piecewise linear and
+    non-decreasing, its kinks where a row changes piece (an inequality row at x = 0, a
+    friction-loss row at x = +-R floss). The derivative at every kink brackets the minimum
+    between the last kink of negative slope and the first of positive slope; no kink lies
+    between them, so one Newton step from a point inside lands on the minimum. Same
+    returns as `_linesearch`; three evaluations of the rows in all (the kinks' slopes, the
+    inner point, the answer)."""
+    C, G = 1, 2
+    jv, jr = ln.jv, ln.jaref
+    moving = jv != 0
+    inv = 1.0 / _safe(jv, moving)
+    kinks, ok = [-jr * inv], [moving & (p.kind == _INEQ)]
+    if p.may_fric:
+        rf = p.R * p.floss
+        fr = moving & (p.kind == _FRIC)
+        kinks += [(rf - jr) * inv, (-rf - jr) * inv]
+        ok += [fr, fr]
+    kinks, ok = jnp.concatenate(kinks), jnp.concatenate(ok)
+    kinks = jnp.where(ok, kinks, 0.0)
+    # a row's slope is D jv clip(x, lo, hi): equality rows unclipped, inequality rows
+    # below 0, friction loss within +-R floss (D R floss = floss); inactive rows have D = 0
+    k = p.kind
+    top = jnp.where(k == _EQ, jnp.inf, 0.0)
+    bottom = jnp.full_like(jr, -jnp.inf)
+    if p.may_fric:
+        top = jnp.where(k == _FRIC, rf, top)
+        bottom = jnp.where(k == _FRIC, -rf, bottom)
+    djv = p.D * jv
+
+    def slope(a):
+        x = jr + a * jv
+        return 2 * ln.g2 * a + ln.g1 + jnp.sum(djv * jnp.clip(x, bottom, top))
+
+    # rows on the leading axis: the sum over rows runs along the kinks' vectors
+    x = jr[:, None] + kinks[None, :] * jv[:, None]
+    if p.may_eq or p.may_fric:
+        x = jnp.clip(x, bottom[:, None], top[:, None])
+    else:  # inequality rows alone (and inactive ones, D = 0)
+        x = jnp.minimum(x, 0.0)
+    s = 2 * ln.g2 * kinks + ln.g1 + jnp.sum(djv[:, None] * x, 0)
+    below, above = ok & (s <= 0), ok & (s > 0)
+    has_lo, has_hi = jnp.any(below), jnp.any(above)
+    lo = jnp.max(jnp.where(below, kinks, -jnp.inf))
+    hi = jnp.min(jnp.where(above, kinks, jnp.inf))
+    lo_f, hi_f = jnp.where(has_lo, lo, 0.0), jnp.where(has_hi, hi, 0.0)
+    inner = jnp.where(has_lo & has_hi, 0.5 * (lo_f + hi_f),
+                      jnp.where(has_lo, lo_f + jnp.maximum(1.0, jnp.abs(lo_f)),
+                                jnp.where(has_hi, hi_f - jnp.maximum(1.0, jnp.abs(hi_f)), 0.0)))
+    x = jr + inner * jv
+    curv = 2 * ln.g2 + jnp.sum(jnp.where((x > bottom) & (x < top), djv * jv, 0.0))
+    alpha = inner - slope(inner) / jnp.maximum(curv, MINVAL)
+    alpha = jnp.where(has_lo, jnp.maximum(alpha, lo_f), alpha)
+    alpha = jnp.where(has_hi, jnp.minimum(alpha, hi_f), alpha)
+    r = _eval(p, ln, alpha)
+    better = (r[C] < 0) & ~jnp.asarray(skip, bool)
+    return (jnp.where(better, alpha, 0.0), jnp.where(better, -r[C], 0.0),
+            jnp.where(jnp.asarray(skip, bool), 0, 3).astype(jnp.int32),
+            jnp.where(better, jnp.abs(r[G]), 0.0))
+
+
 def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
                 isl: _Isl | None = None):
     """Exact line search: Newton steps, then bracketing. MuJoCo: PrimalSearch.
@@ -565,6 +638,9 @@ def _linesearch(p: _Problem, ln: _Line, gtol, ls_iterations: int, skip=False,
     (gtol, skip and the results per island) and every loop step evaluates all of them in
     one pass over the rows.
     """
+    if (ln.jv.shape[-1] <= EXACT_SEARCH and isl is None and ln.cone is None
+            and ln.g1.dtype != jnp.float64):
+        return _exact_search(p, ln, skip)
     A, C, G = 0, 1, 2
     zero = jnp.zeros(4, ln.g1.dtype)
     # below float64, the derivative tolerance can lie under what the arithmetic resolves:

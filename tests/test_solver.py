@@ -148,20 +148,22 @@ def _efc(m, d, seed=1):
 
 
 @functools.cache
-def _load(xml):
-    return jaxsim.load_string(xml)
+def _load(xml, dtype=None):
+    return jaxsim.load_string(xml) if dtype is None else jaxsim.load_string(xml, dtype=dtype)
 
 
-def _jaxsim(xml, m, d):
+def _jaxsim(xml, m, d, dtype=None):
     """Our model (options copied from MuJoCo) and a state holding MuJoCo's inputs."""
-    jm = _load(xml)
+    jm = _load(xml, dtype)
+    dt = jnp.float64 if dtype is None else dtype
     o = m.opt
     opt = jm.opt.replace(
         cone=int(o.cone), solver=int(o.solver), iterations=int(o.iterations),
         ls_iterations=int(o.ls_iterations), noslip_iterations=int(o.noslip_iterations),
-        disableflags=int(o.disableflags), tolerance=jnp.asarray(o.tolerance),
-        ls_tolerance=jnp.asarray(o.ls_tolerance),
-        noslip_tolerance=jnp.asarray(o.noslip_tolerance), impratio=jnp.asarray(o.impratio),
+        disableflags=int(o.disableflags), tolerance=jnp.asarray(o.tolerance, dt),
+        ls_tolerance=jnp.asarray(o.ls_tolerance, dt),
+        noslip_tolerance=jnp.asarray(o.noslip_tolerance, dt),
+        impratio=jnp.asarray(o.impratio, dt),
     )
     jm = jm.replace(opt=opt)
     M = np.zeros((m.nv, m.nv))
@@ -172,9 +174,9 @@ def _jaxsim(xml, m, d):
         adr = m.M_rowadr[i]
         qLD[i, m.M_colind[adr:adr + m.M_rownnz[i]]] = d.qLD[adr:adr + m.M_rownnz[i]]
     js = jaxsim.make_state(jm).replace(
-        qM=jnp.asarray(M), qLD=jnp.asarray(qLD), qLDiagInv=jnp.asarray(d.qLDiagInv),
-        qacc_smooth=jnp.asarray(d.qacc_smooth), qfrc_smooth=jnp.asarray(d.qfrc_smooth),
-        qacc_warmstart=jnp.asarray(d.qacc_warmstart),
+        qM=jnp.asarray(M, dt), qLD=jnp.asarray(qLD, dt), qLDiagInv=jnp.asarray(d.qLDiagInv, dt),
+        qacc_smooth=jnp.asarray(d.qacc_smooth, dt), qfrc_smooth=jnp.asarray(d.qfrc_smooth, dt),
+        qacc_warmstart=jnp.asarray(d.qacc_warmstart, dt),
     )
     return jm, js
 
@@ -318,6 +320,84 @@ def test_one_iteration(cone, solver_):
         np.testing.assert_allclose(batch[0][i], ref[0], rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(batch[1][i], ref[1], rtol=1e-10, atol=1e-10)
         assert int(batch[3].niter[i]) == int(ref[3].niter) == (1 if s else 0)
+
+
+def _line_cost(kind, D, floss, jaref, jv, g1, g2, alpha):
+    """The primal cost along a line minus its value at 0, written out in float64 (rows:
+    1 equality, 2 friction loss (Huber), 3 inequality, 0 absent)."""
+    def rows(x):
+        rf = floss / np.where(D > 0, D, 1)  # R floss
+        huber = np.where(np.abs(x) < rf, 0.5 * D * x * x, floss * np.abs(x) - 0.5 * floss * rf)
+        c = np.where(kind == 1, 0.5 * D * x * x, 0.0)
+        c = c + np.where(kind == 2, huber, 0.0)
+        return c + np.where((kind == 3) & (x < 0), 0.5 * D * x * x, 0.0)
+    return (g2 * alpha * alpha + g1 * alpha
+            + np.sum(rows(jaref + alpha * jv)) - np.sum(rows(jaref)))
+
+
+def test_exact_line_search_minimises_the_line():
+    """float32's loop-free line search lands on the minimum of the piecewise quadratic
+    cost along the line: no point of a fine grid around it, nor a bounded scalar
+    minimiser's answer, is lower (float64 reference); a stopped world does not move."""
+    from scipy.optimize import minimize_scalar
+
+    rng = np.random.default_rng(7)
+    n = 24
+    search = solver._exact_search  # eager: the problem's static flags stay Python values
+    for trial in range(40):
+        kind = rng.choice([0, 1, 2, 3, 3, 3], n)
+        D = np.where(kind == 0, 0.0, rng.uniform(0.2, 5.0, n))
+        floss = np.where(kind == 2, rng.uniform(0.05, 2.0, n), 0.0)
+        jaref = np.where(kind == 0, 0.0, rng.standard_normal(n))
+        jv = np.where((kind == 0) | (rng.random(n) < 0.15), 0.0, rng.standard_normal(n))
+        g2 = rng.uniform(0.01, 2.0)
+        g1 = -rng.uniform(0.1, 5.0) * (1 if trial % 4 else -1)  # some ascent directions
+        f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+        R = np.where(D > 0, 1 / np.where(D > 0, D, 1), 1.0)
+        p = solver._Problem(
+            M=None, qfrc_smooth=None, qacc_smooth=None, J=None, D=f32(D), R=f32(R),
+            floss=f32(floss), aref=None, kind=jnp.asarray(kind, jnp.int32), pyr=None, rc=None,
+            rj=None, ci=None, cm=None, cdim=None, mu=None, s=None, fric=None, scale=None)
+        ln = solver._Line(f32(jaref), f32(jv), f32(0.5 * D * jaref * jaref),
+                          f32(jv * D * jaref), f32(0.5 * jv * D * jv), f32(g1), f32(g2), None)
+        alpha, imp, neval, slope = map(np.asarray, search(p, ln, False))
+
+        cost = functools.partial(_line_cost, kind, D, floss, jaref, jv, g1, g2)
+
+        ref = minimize_scalar(cost, bracket=(-1.0, 1.0), tol=1e-12)
+        lo = min(float(alpha), ref.x) - 1.0
+        grid = np.linspace(lo, max(float(alpha), ref.x) + 1.0, 20001)
+        best = min(cost(a) for a in grid)
+        scale = 1.0 + abs(best)
+        assert cost(float(alpha)) <= min(best, ref.fun) + 1e-5 * scale, trial
+        assert abs(cost(float(alpha)) + float(imp)) <= 1e-5 * scale, trial  # improvement
+        assert float(imp) > 0 and int(neval) > 0
+        a2, imp2, neval2, _ = map(np.asarray, search(p, ln, True))
+        assert float(a2) == 0 and float(imp2) == 0 and int(neval2) == 0
+
+
+@pytest.mark.parametrize("solver_", [NEWTON, CG])
+def test_float32_exact_line_search_reaches_mujocos_optimum(solver_, monkeypatch):
+    """A float32 problem of one island with pyramidal contacts, limits, friction loss and
+    equalities (MuJoCo's rows of the small model, its islands off) goes through the exact
+    line search and converges to MuJoCo's float64 answer."""
+    m, d = _mujoco(SMALL, PYRAMIDAL, solver_, 100, 1e-10)
+    efc, idx, act = _efc(m, d)
+    f32 = jnp.float32
+    efc = jax.tree.map(lambda x: x.astype(f32) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                       efc)
+    jm, js = _jaxsim(SMALL, m, d, dtype=f32)
+    calls = []
+    exact = solver._exact_search
+    monkeypatch.setattr(solver, "_exact_search", lambda *a: calls.append(1) or exact(*a))
+    monkeypatch.setattr(solver, "EXACT_SEARCH", efc.J.shape[0])
+    qacc, force, _, info = jax.jit(lambda m_, d_, e: solver.solve(
+        m_, d_, e._replace(contact_nrow=efc.contact_nrow)))(jm, js, efc)
+    assert calls
+    assert qacc.dtype == f32
+    assert 1 <= int(info.niter) < 100
+    assert _rel(np.asarray(qacc), d.qacc) < 2e-4
+    assert _rel(np.asarray(force)[act], d.efc_force[idx[act]]) < 2e-4
 
 
 @pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
