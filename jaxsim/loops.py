@@ -206,6 +206,25 @@ def cond(pred, true_fn, false_fn, large_batch_only: bool = False):
     return _custom_batched(run, rule, pred, tconsts, fconsts)
 
 
+def by_batch(small_fn, large_fn, small):
+    """`small_fn()` unbatched and where `small(axis_size)` holds for the innermost batch
+    axis, `large_fn()` otherwise: two forms of the same result (functions of no arguments,
+    their operands what they close over) whose best choice depends on the batch size.
+    Only the chosen one is compiled. Not differentiable (as `while_loop`)."""
+    sf, lf = _Fn(lambda _: small_fn(), ()), _Fn(lambda _: large_fn(), ())
+
+    def run(sc, lc):
+        return sf(sc, ())
+
+    def rule(axis_size, in_batched, sc, lc):
+        fn, ops, batched = (sf, sc, in_batched[0]) if small(axis_size) else (lf, lc, in_batched[1])
+        axes = [0 if b else None for b in batched]
+        out = jax.vmap(lambda o: fn(o, ()), in_axes=(axes,), axis_size=axis_size)(ops)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return _custom_batched(run, rule, sf.operands, lf.operands)
+
+
 def _dense_jvp(fast, dense):
     """`fast(p, *xs)` (a batched rule that skips work), differentiated as `dense(p, *xs)`,
     the plain form of the same values (`p` a mask or predicate, not differentiated)."""

@@ -96,6 +96,34 @@ def test_cond_large_batch_only():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_by_batch_chooses_by_the_innermost_batch_size():
+    """by_batch runs the small form unbatched and for batches `small` accepts, the large one
+    otherwise, on batched and unbatched operands alike. (The forms differ here, to see which
+    ran.)"""
+    def f(x, w):
+        return loops.by_batch(lambda: (jnp.sin(x) * w, x + 1), lambda: (jnp.cos(x) * w, x - 1),
+                              lambda batch: batch <= 8)
+
+    def small(x, w):
+        return jnp.sin(x) * w, x + 1
+
+    def large(x, w):
+        return jnp.cos(x) * w, x - 1
+
+    w = jnp.float32(2.0)
+    got = jax.jit(f)(jnp.float32(0.3), w)
+    for a, b in zip(got, small(jnp.float32(0.3), w), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+    for n, ref in ((3, small), (8, small), (9, large), (100, large)):
+        x = jnp.linspace(0.1, 0.9, n, dtype=jnp.float32)
+        for axes in ((0, None), (0, 0)):
+            ww = w if axes[1] is None else jnp.full(n, w)
+            got = jax.jit(jax.vmap(f, in_axes=axes))(x, ww)
+            want = jax.vmap(ref, in_axes=axes)(x, ww)
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
 def _pair_fn(args, shared):
     x, y = args
     return jnp.sin(x) * y + shared, jnp.stack([x, y * y])
