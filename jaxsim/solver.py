@@ -566,6 +566,16 @@ EXACT_SEARCH = 48
 EXACT_WORK = 1 << 18
 
 
+def _halving_sum(y):
+    """Sum over the leading axis by pairwise halving: elementwise adds that XLA fuses
+    (jnp.sum there becomes a library reduction; the gymnasium ant's 40 x 40 slopes at batch
+    1024: 0.80 -> 0.31 ms)."""
+    while y.shape[0] > 1:
+        h = y.shape[0] // 2
+        y = jnp.concatenate([y[:h] + y[h:2 * h], y[2 * h:]], 0)
+    return y[0]
+
+
 def _exact_search(p: _Problem, ln: _Line, skip):
     """The exact minimiser along the line of a cost made of quadratic pieces (no elliptic
     cone), without a loop: the cost's derivative is continuous, piecewise linear and
@@ -607,7 +617,7 @@ def _exact_search(p: _Problem, ln: _Line, skip):
         x = jnp.clip(x, bottom[:, None], top[:, None])
     else:  # inequality rows alone (and inactive ones, D = 0)
         x = jnp.minimum(x, 0.0)
-    s = 2 * ln.g2 * kinks + ln.g1 + jnp.sum(djv[:, None] * x, 0)
+    s = 2 * ln.g2 * kinks + ln.g1 + _halving_sum(djv[:, None] * x)
     below, above = ok & (s <= 0), ok & (s > 0)
     has_lo, has_hi = jnp.any(below), jnp.any(above)
     lo = jnp.max(jnp.where(below, kinks, -jnp.inf))
