@@ -58,8 +58,6 @@ def _jdj_small(J: jax.Array, w: jax.Array) -> jax.Array:
     return _jdj_sum(J, w) if J.shape[0] <= _UNROLL_ROWS else _jdj_dense(J, w)
 
 
-
-
 @jax.custom_batching.custom_vmap
 def jdj(J: jax.Array, w: jax.Array) -> jax.Array:
     """J' diag(w) J. Few rows are in the quadratic zone (the gymnasium ant: 1.6 of 116 on

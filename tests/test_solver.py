@@ -20,7 +20,7 @@ mujoco = pytest.importorskip("mujoco")
 from conftest import gym_assets  # noqa: E402
 
 import jaxsim  # noqa: E402
-from jaxsim import constraint, hessian, solver  # noqa: E402
+from jaxsim import constraint, hessian, linesearch, solver  # noqa: E402
 from jaxsim.efc import Efc  # noqa: E402
 from jaxsim.types import ConstraintState, ConstraintType  # noqa: E402
 
@@ -343,7 +343,7 @@ def test_exact_line_search_minimises_the_line():
 
     rng = np.random.default_rng(7)
     n = 24
-    search = solver._exact_search  # eager: the problem's static flags stay Python values
+    search = linesearch._exact_search  # eager: the problem's static flags stay Python values
     for trial in range(40):
         kind = rng.choice([0, 1, 2, 3, 3, 3], n)
         D = np.where(kind == 0, 0.0, rng.uniform(0.2, 5.0, n))
@@ -358,7 +358,7 @@ def test_exact_line_search_minimises_the_line():
             M=None, qfrc_smooth=None, qacc_smooth=None, J=None, D=f32(D), R=f32(R),
             floss=f32(floss), aref=None, kind=jnp.asarray(kind, jnp.int32), pyr=None, rc=None,
             rj=None, ci=None, cm=None, cdim=None, mu=None, s=None, fric=None, scale=None)
-        ln = solver._Line(f32(jaref), f32(jv), f32(0.5 * D * jaref * jaref),
+        ln = linesearch.Line(f32(jaref), f32(jv), f32(0.5 * D * jaref * jaref),
                           f32(jv * D * jaref), f32(0.5 * jv * D * jv), f32(g1), f32(g2), None)
         alpha, imp, neval, slope = map(np.asarray, search(p, ln, False))
 
@@ -388,9 +388,9 @@ def test_float32_exact_line_search_reaches_mujocos_optimum(solver_, monkeypatch)
                        efc)
     jm, js = _jaxsim(SMALL, m, d, dtype=f32)
     calls = []
-    exact = solver._exact_search
-    monkeypatch.setattr(solver, "_exact_search", lambda *a: calls.append(1) or exact(*a))
-    monkeypatch.setattr(solver, "EXACT_SEARCH", efc.J.shape[0])
+    exact = linesearch._exact_search
+    monkeypatch.setattr(linesearch, "_exact_search", lambda *a: calls.append(1) or exact(*a))
+    monkeypatch.setattr(linesearch, "EXACT_SEARCH", efc.J.shape[0])
     qacc, force, _, info = jax.jit(lambda m_, d_, e: solver.solve(
         m_, d_, e._replace(contact_nrow=efc.contact_nrow)))(jm, js, efc)
     assert calls
