@@ -35,6 +35,9 @@ _MIN_BATCH = 16
 # factorisations went to LAPACK, sixteenths the same as eighths; the hopper, half_cheetah
 # and the humanoid unchanged. Before that quarters had beaten halves and eighths.)
 _CHUNK_DIV = 8
+# `while_loop(peel=True)` peels a trip from batches of at least this size (smaller ones,
+# such as the chunks of a `cond`'s rare branch, would only compile the body once more)
+_PEEL_MIN = 128
 
 
 # `custom_vmap` would do, but it turns the constants its function closes over into
@@ -114,8 +117,15 @@ def _select(go, new, old):
         lambda a, b: jnp.where(go.reshape(go.shape + (1,) * (a.ndim - 1)), a, b), new, old)
 
 
-def while_loop(cond, body, init):
-    """`lax.while_loop(cond, body, init)`; batched, the iterating worlds go in chunks."""
+def while_loop(cond, body, init, peel: bool = False):
+    """`lax.while_loop(cond, body, init)`; batched, the iterating worlds go in chunks.
+
+    With `peel`, the batched form first takes one trip over the whole batch (the worlds
+    whose cond holds), then the chunks: for loops that nearly every world enters, whose
+    first iteration is cheaper at the batch's width than in chunks. Newton on the
+    gymnasium ant at batch 1024: 1845 -> 1758 ms per 20 steps, hopper 857 -> 819, compile
+    +1-2 s (the body is compiled at both widths); PGS on the gymnasium humanoid is slower
+    with it (4412 -> 4697)."""
     cond_fn, body_fn = _Fn(cond, init), _Fn(body, init)
     cconsts, bconsts = cond_fn.operands, body_fn.operands
 
@@ -145,6 +155,8 @@ def while_loop(cond, body, init):
             new = _select(go[idx], new, sub)
             return jax.tree.map(lambda v, s: v.at[idx].set(s, unique_indices=True), x, new)
 
+        if peel and axis_size >= _PEEL_MIN:
+            c = _select(vcond(cc, c), vbody(bc, c), c)
         return lax.while_loop(lambda x: jnp.any(vcond(cc, x)), trip, c), out_batched
 
     return _custom_batched(run, rule, cconsts, bconsts, init)

@@ -581,7 +581,8 @@ def _primal(m: Model, d: State, p: _Problem, has_cone: bool, newton: bool, nstat
         # chunked loop would only add gathers and scatters to)
         c = lax.cond(cond(carry), body, lambda c: c, carry)
     else:
-        c = loops.while_loop(cond, body, carry)
+        # nearly every world takes the first trip: batched, it runs at the batch's width
+        c = loops.while_loop(cond, body, carry, peel=True)
     info = c["info"]._replace(niter=c["it"])
     return c["qacc"], c["force"], c["state"], info
 
