@@ -124,7 +124,7 @@ def while_loop(cond, body, init, peel: bool = False):
     whose cond holds), then the chunks: for loops that nearly every world enters, whose
     first iteration is cheaper at the batch's width than in chunks. Newton on the
     gymnasium ant at batch 1024: 1845 -> 1758 ms per 20 steps, hopper 857 -> 819, compile
-    +1-2 s (the body is compiled at both widths); PGS on the gymnasium humanoid is slower
+    +0.8 s (the body is compiled at both widths); PGS on the gymnasium humanoid is slower
     with it (4412 -> 4697)."""
     cond_fn, body_fn = _Fn(cond, init), _Fn(body, init)
     cconsts, bconsts = cond_fn.operands, body_fn.operands
