@@ -160,6 +160,15 @@ def _constraint_stage(m: Model, d: State):
 # slot count.
 _COMPACT_MIN = 4
 
+# Single worlds and small batches (at most loops._MIN_BATCH) take the compact problem too
+# when the whole one has more rows than this (2026-12-01, batch 1, ms per 100 steps from a
+# 60-step warm state, 2 cores, whole problem -> compact or whole by a branch): gymnasium
+# ant (116 rows) 67.5 -> 39.1, humanoid (311 rows, PGS, per 20 steps) 60.1 -> 35.9,
+# half_cheetah (76 rows) 10.4 -> 9.2; but hopper (44 rows) 35.3 -> 38.2 and walker2d (68
+# rows, its 4 contacts all in the 4 compact slots) 30.9 -> 54.1, so those stay whole. The
+# branch compiles the rows and the solver twice (+3 s at batch 1 on the ant).
+_COMPACT_SMALL_ROWS = 96
+
 
 def _compact_slots(m: Model, p) -> int | None:
     """Contact slots of the compact problem (static), or None to always use them all."""
@@ -176,10 +185,10 @@ def _compact_stage(m: Model, d: State, p, kc: int):
     """`_constraint_stage` on the first `kc` contacts with rows when the world has no more,
     on all of them otherwise. Derivatives are those of the chosen branch (a `lax.cond`);
     the primal alone goes through `loops.cond`, which batched runs the whole problem only
-    for the worlds that need it. A single world, or a batch of at most 16, solves the whole
-    problem (and compiles it alone): there the `lax.cond` costs more than the rows it
-    saves (gymnasium hopper, batch 1: 2115 steps/s against 3915 without the compact
-    problem; gymnasium humanoid 92 against 161)."""
+    for the worlds that need it. A single world, or a batch of at most 16, takes one branch
+    or the other (`lax.cond`) when the whole problem has more than `_COMPACT_SMALL_ROWS`
+    rows, and otherwise solves the whole problem (and compiles it alone): small problems
+    cost less than the branch and its gathers."""
 
     nefc, nf = p.nefc, p.nfixed
 
@@ -213,7 +222,8 @@ def _compact_stage(m: Model, d: State, p, kc: int):
     @jax.custom_jvp
     def run(m, d):
         return loops.cond(need(d), lambda: small(m, d), lambda: full(m, d),
-                          large_batch_only=True)
+                          large_batch_only=nefc <= _COMPACT_SMALL_ROWS,
+                          branch_small=nefc > _COMPACT_SMALL_ROWS)
 
     @run.defjvp
     def run_jvp(primals, tangents):

@@ -162,16 +162,19 @@ def while_loop(cond, body, init, peel: bool = False):
     return _custom_batched(run, rule, cconsts, bconsts, init)
 
 
-def cond(pred, true_fn, false_fn, large_batch_only: bool = False):
+def cond(pred, true_fn, false_fn, large_batch_only: bool = False, branch_small: bool = False):
     """`lax.cond(pred, true_fn, false_fn)` for two functions of no arguments (their
     operands are what they close over); batched, `true_fn` runs on the whole batch and
     `false_fn` only on the worlds whose `pred` is false, a fixed-size chunk at a time
     (nothing runs it when every `pred` holds). For a cheap common case and a costly
     rare one. Not differentiable (as `while_loop`).
 
-    With `large_batch_only` the two functions must agree wherever `pred` holds (a faster
-    form of the same result): unbatched, or batched over at most _MIN_BATCH worlds,
-    `false_fn` alone runs (and alone is compiled)."""
+    With `large_batch_only` or `branch_small` the two functions must agree wherever `pred`
+    holds (a faster form of the same result). With `large_batch_only`, unbatched or
+    batched over at most _MIN_BATCH worlds, `false_fn` alone runs (and alone is
+    compiled). With `branch_small`, batches of at most _MIN_BATCH worlds take `true_fn`
+    when every `pred` holds and `false_fn` otherwise (one `lax.cond`, as unbatched): for
+    a single world, running the costly function alone beats running both."""
     tf, ff = _Fn(lambda _: true_fn(), ()), _Fn(lambda _: false_fn(), ())
     tconsts, fconsts = tf.operands, ff.operands
 
@@ -195,6 +198,9 @@ def cond(pred, true_fn, false_fn, large_batch_only: bool = False):
         vf = jax.vmap(f_fn, in_axes=(fax,), out_axes=0, axis_size=axis_size)
         if large_batch_only and axis_size <= _MIN_BATCH:
             out = vf(fc)
+            return out, jax.tree.map(lambda _: True, out)
+        if branch_small and axis_size <= _MIN_BATCH:
+            out = lax.cond(jnp.all(p), lambda: vt(tc), lambda: vf(fc))
             return out, jax.tree.map(lambda _: True, out)
         if not pb:
             out = lax.cond(p, lambda: vt(tc), lambda: vf(fc))

@@ -101,6 +101,36 @@ def test_cond_large_batch_only():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_cond_branch_small():
+    """With branch_small, a single world and batches of at most _MIN_BATCH take the true
+    branch when every predicate holds and the false one otherwise, all worlds alike;
+    unbatched it is lax.cond, and larger batches choose per world. (The branches differ
+    here, to see which ran.)"""
+    def ours(x, k):
+        return _branches(x, k, lambda p, t, f: loops.cond(p, t, f, branch_small=True))
+
+    def one(x, k, branch):
+        return _branches(x, k, lambda p, t, f: (t if branch else f)())
+
+    for n in (1, 3, loops._MIN_BATCH, 100):
+        x = jnp.linspace(0.1, 0.9, n)
+        for k in (jnp.arange(n, dtype=jnp.int32) % 3, jnp.arange(n, dtype=jnp.int32) % 9):
+            every = bool(np.all(np.asarray(k) < 5))
+            got = jax.jit(jax.vmap(ours))(x, k)
+            if n > loops._MIN_BATCH:
+                ref = jax.jit(jax.vmap(lambda x, k: _branches(x, k, lax.cond)))(x, k)
+            else:
+                ref = jax.jit(jax.vmap(functools.partial(one, branch=every)))(x, k)
+            for a, b in zip(got, ref, strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not bool(np.all(np.arange(loops._MIN_BATCH) % 9 < 5))  # both cases are met
+    for k in (2, 9):  # unbatched
+        k = jnp.int32(k)
+        got = jax.jit(ours)(jnp.float32(0.3), k)
+        for a, b in zip(got, _branches(jnp.float32(0.3), k, lax.cond), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_by_batch_chooses_by_the_innermost_batch_size():
     """by_batch runs the small form unbatched and for batches `small` accepts, the large one
     otherwise, on batched and unbatched operands alike. (The forms differ here, to see which
