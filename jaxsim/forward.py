@@ -164,9 +164,9 @@ _COMPACT_MIN = 4
 # when the whole one has more rows than this (2026-12-01, batch 1, ms per 100 steps from a
 # 60-step warm state, 2 cores, whole problem -> compact or whole by a branch): gymnasium
 # ant (116 rows) 67.5 -> 39.1, humanoid (311 rows, PGS, per 20 steps) 60.1 -> 35.9,
-# half_cheetah (76 rows) 10.4 -> 9.2; but hopper (44 rows) 35.3 -> 38.2 and walker2d (68
-# rows, its 4 contacts all in the 4 compact slots) 30.9 -> 54.1, so those stay whole. The
-# branch compiles the rows and the solver twice (+3 s at batch 1 on the ant).
+# half_cheetah (76 rows) 10.4 -> 9.2; hopper (44 rows) 35.3 -> 38.2 and walker2d (68 rows,
+# one core, fresh programs) 33.5 -> 34.2, so the smaller problems stay whole. The branch
+# compiles the rows and the solver twice (+3 s at batch 1 on the ant).
 _COMPACT_SMALL_ROWS = 96
 
 

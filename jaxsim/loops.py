@@ -175,6 +175,7 @@ def cond(pred, true_fn, false_fn, large_batch_only: bool = False, branch_small: 
     compiled). With `branch_small`, batches of at most _MIN_BATCH worlds take `true_fn`
     when every `pred` holds and `false_fn` otherwise (one `lax.cond`, as unbatched): for
     a single world, running the costly function alone beats running both."""
+    assert not (large_batch_only and branch_small), "one small-batch form at a time"
     tf, ff = _Fn(lambda _: true_fn(), ()), _Fn(lambda _: false_fn(), ())
     tconsts, fconsts = tf.operands, ff.operands
 
