@@ -35,6 +35,16 @@ _MIN_BATCH = 16
 # factorisations went to LAPACK, sixteenths the same as eighths; the hopper, half_cheetah
 # and the humanoid unchanged. Before that quarters had beaten halves and eighths.)
 _CHUNK_DIV = 8
+# and at least this many worlds (or the whole batch if smaller): a loop nested in a
+# `cond`'s rare branch runs on that branch's chunk of 32 worlds, where eighths were trips of
+# 4 worlds (the gymnasium humanoid lying down after 400 steps, batch 1024, PGS on its
+# whole problem for the worlds with many live rows, alternated: 591-619 -> 801-835
+# steps/s; from the initial pose the ant, Newton, 11.1-11.6k -> 11.9-12.2k and the
+# humanoid 5.3-5.5k -> 5.0-5.4k, within the machine's swing)
+_MIN_CHUNK = 128
+# `cond`'s rare branch: this fraction of the batch per trip (the lying humanoid above:
+# 32nds 786-858 steps/s, eighths 632-649)
+_COND_CHUNK_DIV = 32
 # `while_loop(peel=True)` peels a trip from batches of at least this size (smaller ones,
 # such as the chunks of a `cond`'s rare branch, would only compile the body once more)
 _PEEL_MIN = 128
@@ -145,7 +155,7 @@ def while_loop(cond, body, init, peel: bool = False):
                 lambda y: cond_fn(cc_, y), lambda y: body_fn(bc_, y), x), in_axes=(cax, bax, 0))
             return loop(cc, bc, c), out_batched
         vbody = jax.vmap(body_fn, in_axes=(bax, 0))
-        chunk = -(-axis_size // _CHUNK_DIV)
+        chunk = max(-(-axis_size // _CHUNK_DIV), min(axis_size, _MIN_CHUNK))
 
         def trip(x):
             go = vcond(cc, x)
@@ -207,7 +217,7 @@ def cond(pred, true_fn, false_fn, large_batch_only: bool = False, branch_small: 
             out = lax.cond(p, lambda: vt(tc), lambda: vf(fc))
             return out, jax.tree.map(lambda _: True, out)
         out = vt(tc)
-        chunk = max(1, -(-axis_size // (4 * _CHUNK_DIV)))
+        chunk = max(1, -(-axis_size // _COND_CHUNK_DIV))
 
         def trip(c):
             out, todo = c

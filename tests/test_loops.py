@@ -22,7 +22,8 @@ def _loop(while_loop, x, k, w):
     return while_loop(cond, body, (jnp.int32(0), jnp.float32(0.5), jnp.zeros(3)))
 
 
-@pytest.mark.parametrize("batch", [5, 100, 200])  # plain batched loop; chunks; peeled
+# plain batched loop; one chunk (the whole batch); chunks of _MIN_CHUNK, peeled
+@pytest.mark.parametrize("batch", [5, 100, 200])
 @pytest.mark.parametrize("axes", [(0, 0, None), (None, 0, 0), (0, None, None)])
 @pytest.mark.parametrize("peel", [False, True])
 def test_batched_loop_equals_lax_while_loop(batch, axes, peel):
