@@ -12,6 +12,7 @@ mesh whose axis is "worlds". MuJoCo counterpart: `mujoco.rollout.rollout`.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -122,6 +123,37 @@ _pad_tree = jax.jit(lambda tree, n: jax.tree.map(lambda x: _pad(x, n), tree),
 _unpad_tree = jax.jit(lambda tree, n: jax.tree.map(lambda x: x[:n], tree), static_argnums=1)
 
 
+# chunks of a batch for the host threads (one program, no per-leaf eager dispatch)
+@functools.partial(jax.jit, static_argnums=1)
+def _split_tree(tree: Any, n: int) -> list:
+    leaves, treedef = jax.tree.flatten(tree)
+    parts = [jnp.split(x, n) for x in leaves]
+    return [treedef.unflatten([p[i] for p in parts]) for i in range(n)]
+
+
+_concat_tree = jax.jit(lambda trees: jax.tree.map(lambda *xs: jnp.concatenate(xs), *trees))
+
+MIN_THREAD_WORLDS = 32
+"""Fewest worlds per host thread: below it a batch runs on fewer threads."""
+
+
+def host_threads(devices: Sequence[jax.Device]) -> int:
+    """Host threads `rollout_batch` runs a batch on by default: one per core the process
+    may use when the batch runs on a single CPU device, otherwise one (the devices are the
+    parallelism).
+
+    XLA:CPU runs one program's kernels one after another, splitting only its largest
+    kernels over the cores, so a vmapped step uses little of a second core; programs called
+    from different threads do run side by side. A batch on one CPU device is therefore cut
+    into one chunk of worlds per core, each chunk's rollout called from its own thread."""
+    if len(devices) != 1 or devices[0].platform != "cpu":
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _needs_pad(tree: Any, n: int) -> bool:
     return any(x.shape[0] != n for x in jax.tree.leaves(tree))
 
@@ -170,13 +202,19 @@ class BatchRollout:
 
     def __init__(self, model: Model, states: State, ctrl_seqs: jax.Array | None, *,
                  fields: Fields = DEFAULT_FIELDS, model_axis: Any = None,
-                 devices: Sequence[jax.Device] | None = None, length: int | None = None):
+                 devices: Sequence[jax.Device] | None = None, length: int | None = None,
+                 threads: int | None = None):
         devices = tuple(jax.devices() if devices is None else devices)
         if not devices:
             raise ValueError("rollout_batch needs at least one device")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
         self.nworld = int(jax.tree.leaves(states)[0].shape[0])
         self.ndevice = len(devices)
-        self.npad = -(-self.nworld // self.ndevice) * self.ndevice
+        nthread = host_threads(devices) if threads is None else threads
+        self.nthread = max(1, min(nthread, self.nworld // MIN_THREAD_WORLDS))
+        group = self.ndevice * self.nthread
+        self.npad = -(-self.nworld // group) * group
         self.axes = _model_axes(model, model_axis)
         if ctrl_seqs is None and length is None:
             raise ValueError("rollout_batch needs ctrl_seqs or length")
@@ -215,9 +253,25 @@ class BatchRollout:
             ctrl_seqs = jax.device_put(ctrl_seqs, self._worlds)
         return model, states, ctrl_seqs
 
+    def _chunks(self, args: tuple) -> list[tuple]:
+        """The placed (model, states, ctrl_seqs), cut into one chunk of worlds per thread."""
+        if self.nthread == 1:
+            return [args]
+        model, states, ctrl_seqs = args
+        leaves, treedef = jax.tree.flatten(model)
+        batched = [x for x, a in zip(leaves, self.axes, strict=True) if a is not None]
+        out = []
+        for b, d, u in _split_tree((batched, states, ctrl_seqs), self.nthread):
+            b = iter(b)
+            m = treedef.unflatten([x if a is None else next(b)
+                                   for x, a in zip(leaves, self.axes, strict=True)])
+            out.append((m, d, u))
+        return out
+
     def compile(self, model: Model, states: State, ctrl_seqs: jax.Array | None) -> BatchRollout:
         """Compiles ahead of time for these shapes (the call then runs without tracing)."""
-        self._compiled = self._fn.lower(*self.place(model, states, ctrl_seqs)).compile()
+        first = self._chunks(self.place(model, states, ctrl_seqs))[0]
+        self._compiled = self._fn.lower(*first).compile()
         return self
 
     def memory_analysis(self):
@@ -228,26 +282,41 @@ class BatchRollout:
                  unpad: bool = True) -> tuple[State, Any]:
         """Runs the rollout; with `unpad=False` the padding worlds stay in the results (a
         chunked run feeds the final states back in without re-padding)."""
-        fn = self._compiled or self._fn
-        final, traj = fn(*self.place(model, states, ctrl_seqs))
+        args = self.place(model, states, ctrl_seqs)
+        if self.nthread == 1:
+            final, traj = (self._compiled or self._fn)(*args)
+        else:
+            if self._compiled is None:  # one compilation, not one per thread
+                self._compiled = self._fn.lower(*self._chunks(args)[0]).compile()
+            fn = self._compiled
+            pool = _thread_pool(self.nthread)
+            parts = list(pool.map(lambda a: jax.block_until_ready(fn(*a)), self._chunks(args)))
+            final, traj = _concat_tree(parts)
         if unpad and self.npad != self.nworld:
             final, traj = _unpad_tree((final, traj), self.nworld)
         return final, traj
 
 
+@functools.lru_cache(maxsize=8)
+def _thread_pool(n: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(n, thread_name_prefix="jaxsim-rollout")
+
+
 def rollout_batch_fn(model: Model, states: State, ctrl_seqs: jax.Array | None = None, *,
                      fields: Fields = DEFAULT_FIELDS, model_axis: Any = None,
                      devices: Sequence[jax.Device] | None = None,
-                     length: int | None = None) -> BatchRollout:
+                     length: int | None = None, threads: int | None = None) -> BatchRollout:
     """The batched rollout for these arguments' shapes, not yet run (see `BatchRollout`)."""
     return BatchRollout(model, states, ctrl_seqs, fields=fields, model_axis=model_axis,
-                        devices=devices, length=length)
+                        devices=devices, length=length, threads=threads)
 
 
 def rollout_batch(model: Model, states: State, ctrl_seqs: jax.Array | None = None, *,
                   fields: Fields = DEFAULT_FIELDS, model_axis: Any = None,
                   devices: Sequence[jax.Device] | None = None,
-                  length: int | None = None) -> tuple[State, Any]:
+                  length: int | None = None, threads: int | None = None) -> tuple[State, Any]:
     """`rollout` for a batch of worlds, vmapped and sharded over devices.
 
     The world axis (leading axis of every leaf of `states`, `ctrl_seqs` and, with
@@ -266,9 +335,14 @@ def rollout_batch(model: Model, states: State, ctrl_seqs: jax.Array | None = Non
       fields: what to record each step, as in `rollout`.
       devices: the devices to shard over.
       length: number of steps when `ctrl_seqs` is None.
+      threads: host threads for a batch on a single CPU device (default: one per core,
+        see `host_threads`; at least `MIN_THREAD_WORLDS` worlds each): the batch is cut
+        into that many chunks, each rolled out by the same compiled program from its own
+        thread, and the results are joined. Not traceable (a host-side call), as before.
 
     Returns:
       (final states (B, ...), trajectories (B, T, ...)).
     """
     return rollout_batch_fn(model, states, ctrl_seqs, fields=fields, model_axis=model_axis,
-                            devices=devices, length=length)(model, states, ctrl_seqs)
+                            devices=devices, length=length,
+                            threads=threads)(model, states, ctrl_seqs)

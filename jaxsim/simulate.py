@@ -204,8 +204,10 @@ def run(a: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     tc = time.perf_counter() - t0
+    nthread = programs[lengths[0]].nthread
     print(f"compiled in {tc:.1f} s (trace + XLA, {len(programs)} program(s) of "
-          f"{'/'.join(str(n) for n in sorted(programs))} steps)", flush=True)
+          f"{'/'.join(str(n) for n in sorted(programs))} steps"
+          f"{f', run from {nthread} host threads' if nthread > 1 else ''})", flush=True)
 
     # Padding worlds (when the batch is not a multiple of the device count) stay in the
     # states between chunks and are dropped on the host at the end.

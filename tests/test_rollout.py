@@ -88,3 +88,37 @@ def test_rollout_batch_sharded_equals_vmap():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=500)
     assert r.returncode == 0 and "SHARDED-OK" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
+def test_rollout_batch_threads_equal_one_thread(cartpole):
+    """A batch cut into chunks for host threads gives each world the result one program
+    over the whole batch gives it (per-world models, padding to a multiple of the
+    threads, and the chunked simulate-style call that keeps the padding)."""
+    from jaxsim.rollout import rollout_batch_fn
+
+    model, s0 = cartpole
+    B, T = 71, 8  # 71 worlds on 2 threads: padded to 72
+    k = jnp.arange(B, dtype=jnp.float64) / B
+    states = jax.vmap(lambda x: s0.replace(qpos=s0.qpos + 0.3 * x, qvel=s0.qvel - 0.2 * x))(k)
+    ctrl = jnp.asarray(np.random.default_rng(3).uniform(-1, 1, (B, T, model.nu)))
+    m = jax.vmap(lambda x: model.replace(body_mass=model.body_mass * (1 + x)))(k)
+    one = rollout_batch_fn(m, states, ctrl, model_axis=0, fields=("qpos", "time"), threads=1)
+    two = rollout_batch_fn(m, states, ctrl, model_axis=0, fields=("qpos", "time"), threads=2)
+    assert (one.nthread, two.nthread, two.npad) == (1, 2, 72)
+    ref_final, ref_traj = one(m, states, ctrl)
+    final, traj = two(m, states, ctrl)
+    assert final.qpos.shape == (B, model.nq) and traj["qpos"].shape == (B, T, model.nq)
+    np.testing.assert_allclose(traj["qpos"], ref_traj["qpos"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(final.qvel, ref_final.qvel, rtol=0, atol=1e-12)
+    assert np.ptp(np.asarray(traj["qpos"])[:, -1, 0]) > 0  # the worlds differ
+    # the padded states fed back, as the simulate command's chunks do
+    padded, _ = two(m, states, ctrl, unpad=False)
+    assert padded.qpos.shape == (72, model.nq)
+    again, _ = two(m, padded, ctrl)
+    ref_again, _ = one(m, ref_final, ctrl)
+    np.testing.assert_allclose(again.qpos, ref_again.qpos, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="threads"):
+        rollout_batch_fn(model, states, ctrl, threads=0)
+    # small batches stay on fewer threads
+    assert rollout_batch_fn(model, jax.tree.map(lambda x: x[:40], states),
+                            ctrl[:40], threads=2).nthread == 1
