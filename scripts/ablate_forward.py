@@ -13,6 +13,7 @@ the pipeline as a whole, which a profiler's per-kernel times do not do reliably 
   base           the model as loaded
   noconstraint   the constraint disable flag (no collision, no rows, no solver)
   nocontact      the contact disable flag (rows without contacts)
+  nolimit        the limit disable flag (no joint or tendon limit rows)
   itN            N solver iterations (tolerance as the model's)
   itN/0          N iterations with tolerance 0 (every world runs them all)
   kcN            the compact constraint problem with N contact slots (0: off)
@@ -61,6 +62,8 @@ def variant(m, name: str):
         return m.replace(opt=o.replace(disableflags=o.disableflags | DisableBit.CONSTRAINT))
     if name == "nocontact":
         return m.replace(opt=o.replace(disableflags=o.disableflags | DisableBit.CONTACT))
+    if name == "nolimit":
+        return m.replace(opt=o.replace(disableflags=o.disableflags | DisableBit.LIMIT))
     if name.startswith("it"):
         n, _, tol = name[2:].partition("/")
         opt = o.replace(iterations=int(n))
