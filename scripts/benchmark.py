@@ -9,6 +9,10 @@ Conventions follow ../shared/referee/bench.py: every engine simulates `batch` co
 model from keyframe 0 (or the initial state) with 1e-3 qpos noise (jax.random.PRNGKey(0)),
 zero control, `steps` steps;
   jaxsim   jax.jit(jax.vmap(lax.scan of jaxsim.step))
+  jaxsim_batch  jaxsim.rollout_batch (the simulate command's path): on one CPU device, the
+           batch cut into one chunk of worlds per core, each chunk's compiled rollout
+           called from its own host thread (docs/performance.md, "Two cores from host
+           threads"); compile time is the chunk program's, peak memory one chunk's
   mjx      the same program around mujoco.mjx.step (put_model / put_data)
   mujoco   mujoco.rollout.Rollout with --threads MjData (default: all cores)
 The JAX engines are compiled ahead of time (`lower().compile()`, timed; --xla-options jaxsim
@@ -35,7 +39,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENGINES = ("jaxsim", "mjx", "mujoco")
+ENGINES = ("jaxsim", "jaxsim_batch", "mjx", "mujoco")
+JAXSIM = ("jaxsim", "jaxsim_batch")
 GYM = ("ant", "hopper", "half_cheetah", "humanoid")
 DEFAULT_MODELS = "ant,hopper,half_cheetah,humanoid,mjx_humanoid,bundled"
 
@@ -133,6 +138,29 @@ def _bench_jax(step, model, state0, batch, steps, repeat, options=None):
     return res
 
 
+def _bench_batch(model, state0, batch, steps, repeat):
+    """jaxsim.rollout_batch over the same batch (host threads on one CPU device)."""
+    import jax
+
+    from jaxsim.rollout import rollout_batch_fn
+
+    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (batch,) + state0.qpos.shape,
+                                     state0.qpos.dtype)
+    states = jax.vmap(lambda n: state0.replace(qpos=state0.qpos + n))(noise)
+    br = rollout_batch_fn(model, states, None, fields=None, length=steps)
+    t = time.perf_counter()
+    br.compile(model, states, None)
+    tc = time.perf_counter() - t
+    dt = min(_timed(lambda s: br(model, s)[0], states) for _ in range(repeat))
+    res = {"status": "ok", "sps": batch * steps / dt, "compile_s": tc, "wall_s": dt,
+           "threads": br.nthread, "process_peak_rss_mb": _maxrss_mb()}
+    mem = br.memory_analysis()
+    if mem is not None:
+        res["peak_mb"] = (mem.argument_size_in_bytes + mem.output_size_in_bytes
+                          + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 1e6
+    return res
+
+
 def _maxrss_mb() -> float:
     import resource
 
@@ -190,10 +218,12 @@ def worker(a: argparse.Namespace) -> dict:
 
     # the same XLA options for both JAX engines: XLA's defaults, or jaxsim's own choice
     options = jaxsim.compiler_options() if a.xla_options == "jaxsim" else None
-    if a.engine == "jaxsim":
+    if a.engine in JAXSIM:
         try:
             model = jaxsim.load(a.model, dtype=dtype)
             state0 = jaxsim.make_state(model, keyframe=0 if model.nkey else None)
+            if a.engine == "jaxsim_batch":
+                return _bench_batch(model, state0, a.batch, a.steps, a.repeat)
             return _bench_jax(jaxsim.step, model, state0, a.batch, a.steps, a.repeat, options)
         except (jaxsim.MJCFError, NotImplementedError) as e:
             return {"status": "rejected", "error": f"{type(e).__name__}: {e}"}
@@ -256,8 +286,8 @@ def _ratio(a: dict | None, b: dict | None) -> str:
 def markdown(rows: list[dict], engines: list[str], title: str, meta: str) -> str:
     head = ["model", "nbody", "nv", "batch"]
     head += [f"{e} steps/s" for e in engines]
-    if "jaxsim" in engines:
-        head += [f"jaxsim/{e}" for e in engines if e != "jaxsim"]
+    pairs = [(j, e) for j in engines if j in JAXSIM for e in engines if e not in JAXSIM]
+    head += [f"{j}/{e}" for j, e in pairs]
     head += [f"{e} compile s" for e in engines if e != "mujoco"]
     head += [f"{e} peak MB" for e in engines]
     lines = [f"## {title}", "", meta, "", "| " + " | ".join(head) + " |",
@@ -268,8 +298,7 @@ def markdown(rows: list[dict], engines: list[str], title: str, meta: str) -> str
         cells = [row["model"], str(row.get("nbody", "-")), str(row.get("nv", "-")),
                  str(row["batch"])]
         cells += [_fmt(res.get(e), "sps", ",.0f") for e in engines]
-        if "jaxsim" in engines:
-            cells += [_ratio(res.get("jaxsim"), res.get(e)) for e in engines if e != "jaxsim"]
+        cells += [_ratio(res.get(j), res.get(e)) for j, e in pairs]
         cells += [_fmt(res.get(e), "compile_s", ".1f") for e in engines if e != "mujoco"]
         cells += [_fmt(res.get(e), "peak_mb", ".2f") for e in engines]
         lines.append("| " + " | ".join(cells) + " |")
@@ -283,7 +312,8 @@ def markdown(rows: list[dict], engines: list[str], title: str, meta: str) -> str
     return "\n".join(lines) + "\n"
 
 
-COLORS = {"jaxsim": (31, 119, 180), "mjx": (255, 127, 14), "mujoco": (44, 160, 44)}
+COLORS = {"jaxsim": (31, 119, 180), "jaxsim_batch": (148, 103, 189), "mjx": (255, 127, 14),
+          "mujoco": (44, 160, 44)}
 
 
 def plot(path: str, rows: list[dict], engines: list[str], x_key: str, group_key: str,
@@ -327,7 +357,7 @@ def sweep(models, batches, engines, a, progress_name) -> list[dict]:
                 val = (f"{res['sps']:,.0f} steps/s" if res["status"] == "ok"
                        else f"{res['status']}: {res.get('error', '')[:120]}")
                 extra = f", compile {res['compile_s']:.1f} s" if "compile_s" in res else ""
-                print(f"[{progress_name}] {name:14s} batch {b:5d} {e:7s} {val}{extra}",
+                print(f"[{progress_name}] {name:14s} batch {b:5d} {e:12s} {val}{extra}",
                       file=sys.stderr, flush=True)
             rows.append(row)
     return rows
