@@ -122,3 +122,22 @@ def test_rollout_batch_threads_equal_one_thread(cartpole):
     # small batches stay on fewer threads
     assert rollout_batch_fn(model, jax.tree.map(lambda x: x[:40], states),
                             ctrl[:40], threads=2).nthread == 1
+
+
+def test_default_chunks_follow_the_state_size():
+    """One chunk per core for a small state; more (cores times a power of two, capped)
+    once a chunk's state would pass CHUNK_STATE_BYTES; one on a single core."""
+    from jaxsim.rollout import CHUNK_STATE_BYTES, MAX_CHUNKS_PER_CORE, _default_chunks
+
+    def states(nworld, per_world):
+        return {"x": jax.ShapeDtypeStruct((nworld, per_world // 4), jnp.float32)}
+
+    small = CHUNK_STATE_BYTES // 4096
+    assert _default_chunks(states(1024, small), 1024, 2) == 2
+    assert _default_chunks(states(1024, small), 1024, 1) == 1
+    # 3 chunks' worth of state on 2 cores: 4 chunks; 3 cores: 3
+    per = 3 * CHUNK_STATE_BYTES // 1024
+    assert _default_chunks(states(1024, per), 1024, 2) == 4
+    assert _default_chunks(states(1024, per), 1024, 3) == 3
+    huge = 100 * CHUNK_STATE_BYTES // 1024
+    assert _default_chunks(states(1024, huge), 1024, 2) == 2 * MAX_CHUNKS_PER_CORE
