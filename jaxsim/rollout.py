@@ -166,7 +166,7 @@ CHUNK_STATE_BYTES = 8 << 20
 MAX_CHUNKS_PER_CORE = 4
 
 
-def _default_chunks(states: State, nworld: int, cores: int) -> int:
+def _default_chunks(states: State, cores: int) -> int:
     """Chunks (and threads) of a batch on `cores` host cores (see CHUNK_STATE_BYTES)."""
     if cores <= 1:
         return cores
@@ -234,7 +234,7 @@ class BatchRollout:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.nworld = int(jax.tree.leaves(states)[0].shape[0])
         self.ndevice = len(devices)
-        nthread = (_default_chunks(states, self.nworld, host_threads(devices))
+        nthread = (_default_chunks(states, host_threads(devices))
                    if threads is None else threads)
         self.nthread = max(1, min(nthread, self.nworld // MIN_THREAD_WORLDS))
         group = self.ndevice * self.nthread
@@ -310,11 +310,12 @@ class BatchRollout:
         if self.nthread == 1:
             final, traj = (self._compiled or self._fn)(*args)
         else:
+            chunks = self._chunks(args)
             if self._compiled is None:  # one compilation, not one per thread
-                self._compiled = self._fn.lower(*self._chunks(args)[0]).compile()
+                self._compiled = self._fn.lower(*chunks[0]).compile()
             fn = self._compiled
             pool = _thread_pool(self.nthread)
-            parts = list(pool.map(lambda a: jax.block_until_ready(fn(*a)), self._chunks(args)))
+            parts = list(pool.map(lambda a: jax.block_until_ready(fn(*a)), chunks))
             final, traj = _concat_tree(parts)
         if unpad and self.npad != self.nworld:
             final, traj = _unpad_tree((final, traj), self.nworld)

@@ -121,9 +121,7 @@ def _timed(fn, *args):
 def _bench_jax(step, model, state0, batch, steps, repeat, options=None):
     import jax
 
-    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (batch,) + state0.qpos.shape,
-                                     state0.qpos.dtype)
-    states = jax.vmap(lambda n: state0.replace(qpos=state0.qpos + n))(noise)
+    states = _noisy_states(state0, batch)
     f = jax.jit(jax.vmap(_rollout_fn(step, model, steps)), compiler_options=options or None)
     t = time.perf_counter()
     compiled = f.lower(states).compile()
@@ -131,22 +129,31 @@ def _bench_jax(step, model, state0, batch, steps, repeat, options=None):
     dt = min(_timed(compiled, states) for _ in range(repeat))
     res = {"status": "ok", "sps": batch * steps / dt, "compile_s": tc, "wall_s": dt,
            "process_peak_rss_mb": _maxrss_mb()}
-    mem = compiled.memory_analysis()
+    _put_peak(res, compiled.memory_analysis())
+    return res
+
+
+def _noisy_states(state0, batch):
+    """`batch` copies of state0 with 1e-3 qpos noise (jax.random.PRNGKey(0))."""
+    import jax
+
+    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (batch,) + state0.qpos.shape,
+                                     state0.qpos.dtype)
+    return jax.vmap(lambda n: state0.replace(qpos=state0.qpos + n))(noise)
+
+
+def _put_peak(res: dict, mem) -> None:
+    """A compiled program's peak memory (arguments + outputs + temporaries) into res."""
     if mem is not None:
         res["peak_mb"] = (mem.argument_size_in_bytes + mem.output_size_in_bytes
                           + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 1e6
-    return res
 
 
 def _bench_batch(model, state0, batch, steps, repeat):
     """jaxsim.rollout_batch over the same batch (host threads on one CPU device)."""
-    import jax
-
     from jaxsim.rollout import rollout_batch_fn
 
-    noise = 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (batch,) + state0.qpos.shape,
-                                     state0.qpos.dtype)
-    states = jax.vmap(lambda n: state0.replace(qpos=state0.qpos + n))(noise)
+    states = _noisy_states(state0, batch)
     br = rollout_batch_fn(model, states, None, fields=None, length=steps)
     t = time.perf_counter()
     br.compile(model, states, None)
@@ -154,10 +161,7 @@ def _bench_batch(model, state0, batch, steps, repeat):
     dt = min(_timed(lambda s: br(model, s)[0], states) for _ in range(repeat))
     res = {"status": "ok", "sps": batch * steps / dt, "compile_s": tc, "wall_s": dt,
            "threads": br.nthread, "process_peak_rss_mb": _maxrss_mb()}
-    mem = br.memory_analysis()
-    if mem is not None:
-        res["peak_mb"] = (mem.argument_size_in_bytes + mem.output_size_in_bytes
-                          + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 1e6
+    _put_peak(res, br.memory_analysis())
     return res
 
 

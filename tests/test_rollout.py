@@ -133,11 +133,11 @@ def test_default_chunks_follow_the_state_size():
         return {"x": jax.ShapeDtypeStruct((nworld, per_world // 4), jnp.float32)}
 
     small = CHUNK_STATE_BYTES // 4096
-    assert _default_chunks(states(1024, small), 1024, 2) == 2
-    assert _default_chunks(states(1024, small), 1024, 1) == 1
+    assert _default_chunks(states(1024, small), 2) == 2
+    assert _default_chunks(states(1024, small), 1) == 1
     # 3 chunks' worth of state on 2 cores: 4 chunks; 3 cores: 3
     per = 3 * CHUNK_STATE_BYTES // 1024
-    assert _default_chunks(states(1024, per), 1024, 2) == 4
-    assert _default_chunks(states(1024, per), 1024, 3) == 3
+    assert _default_chunks(states(1024, per), 2) == 4
+    assert _default_chunks(states(1024, per), 3) == 3
     huge = 100 * CHUNK_STATE_BYTES // 1024
-    assert _default_chunks(states(1024, huge), 1024, 2) == 2 * MAX_CHUNKS_PER_CORE
+    assert _default_chunks(states(1024, huge), 2) == 2 * MAX_CHUNKS_PER_CORE
