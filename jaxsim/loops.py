@@ -172,6 +172,31 @@ def while_loop(cond, body, init, peel: bool = False):
     return _custom_batched(run, rule, cconsts, bconsts, init)
 
 
+def fori_masked(n, body, init):
+    """`lax.fori_loop(0, n, body, init)` for a `body(t, carry)` that leaves the carry as it
+    is on trips t >= n (it masks its own updates: writes dropped, increments zeroed).
+    Batched over worlds with different n, the loop runs to the batch's largest n with the
+    body applied to every world, where `lax`'s batched loop also selects every carried
+    array between the body's result and the old value on each trip (a kernel per array:
+    PGS's row sweep, ~30 small kernels per trip, had 6 such selects and their copies)."""
+    n = jnp.asarray(n, jnp.int32)
+    bf = _Fn(lambda tc: body(*tc), (jnp.zeros((), jnp.int32), init))
+
+    def run(n, bc, c):
+        return lax.fori_loop(0, n, lambda t, x: bf(bc, (t, x)), c)
+
+    def rule(axis_size, in_batched, n, bc, c):
+        nb, bb, ib = in_batched
+        c = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape),
+                         c, ib)
+        vbody = jax.vmap(lambda ops, t, x: bf(ops, (t, x)),
+                         in_axes=([0 if f else None for f in bb], None, 0))
+        out = lax.fori_loop(0, jnp.max(n) if nb else n, lambda t, x: vbody(bc, t, x), c)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return _custom_batched(run, rule, n, bf.operands, init)
+
+
 def cond(pred, true_fn, false_fn, large_batch_only: bool = False, branch_small: bool = False):
     """`lax.cond(pred, true_fn, false_fn)` for two functions of no arguments (their
     operands are what they close over); batched, `true_fn` runs on the whole batch and

@@ -248,3 +248,38 @@ def test_where_equals_dense_select(npred):
     gr = jax.grad(lambda a, b: loss(dense, a, b), argnums=(0, 1))(new[0], old[0])
     for u, v in zip(g, gr, strict=True):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-12, atol=1e-12)
+
+
+def _masked_body(x, w, n):
+    # a body that masks its own updates past trip n (as fori_masked asks)
+    def body(t, c):
+        s, v = c
+        on = t < n
+        s = jnp.where(on, s * x + w + t, s)
+        return s, v.at[jnp.where(on, t % 4, 4)].add(x, mode="drop")
+    return body
+
+
+@pytest.mark.parametrize("axes", [(0, 0, 0), (None, 0, 0), (0, None, None)])
+def test_fori_masked_equals_lax_fori_loop(axes):
+    """Batched over worlds with different trip counts (some zero), over a shared count, or
+    unbatched: the values of lax.fori_loop(0, n, body) world by world."""
+    rng = np.random.default_rng(3)
+    batch = 37
+    args = [jnp.asarray(rng.uniform(0.1, 0.9, batch), jnp.float32),
+            jnp.asarray(rng.normal(size=batch), jnp.float32),
+            jnp.asarray(rng.integers(0, 12, batch), jnp.int32).at[::5].set(0)]
+    args = [a if ax == 0 else a[1] for a, ax in zip(args, axes, strict=True)]
+    init = (jnp.float32(0.25), jnp.zeros(4, jnp.float32))
+
+    def run(loop, x, w, n):
+        return loop(n, _masked_body(x, w, n), init)
+
+    ours = jax.jit(jax.vmap(lambda *a: run(loops.fori_masked, *a), in_axes=axes))(*args)
+    ref = jax.jit(jax.vmap(lambda *a: run(lambda n, b, i: lax.fori_loop(0, n, b, i), *a),
+                           in_axes=axes))(*args)
+    for a, b in zip(ours, ref, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    one = [a[2] if ax == 0 else a for a, ax in zip(args, axes, strict=True)]
+    alone = jax.jit(lambda *a: run(loops.fori_masked, *a))(*one)
+    np.testing.assert_array_equal(np.asarray(alone[0]), np.asarray(ours[0][2]))

@@ -289,6 +289,50 @@ def test_small_model(cone, solver_):
 
 
 @pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
+def test_pgs_order_table(cone, monkeypatch):
+    """PGS's visiting orders: from the order table (one island, few enough rows and
+    iterations) they are MuJoCo's shuffles. 60 unconverged iterations, whose answer depends
+    on every pass's order, against MuJoCo and against the in-sweep shuffle (the two
+    programs fuse differently: equal to rounding)."""
+    from jaxsim import pgs
+
+    m, d = _mujoco(SMALL, cone, PGS, 60, 0.0)
+    efc, idx, act = _efc(m, d)
+    nefc = efc.J.shape[0]
+    assert (nefc + 1) * 60 * nefc <= pgs.ORDER_TABLE_MAX  # the table is used
+    case, out = _run(SMALL, m, d, rows=(efc, idx, act))
+    assert int(out[3].niter) == 60 == d.solver_niter[0]
+    _check(m, d, case, out, 1e-9 if cone == PYRAMIDAL else 1e-6, dual=True,
+           states=cone == PYRAMIDAL)
+    jm, js = case[:2]
+    monkeypatch.setattr(pgs, "ORDER_TABLE_MAX", 0)  # a new trace: shuffles in the sweep
+    shuffled = jax.jit(lambda m, d, e: solver.solve(m, d, e._replace(contact_nrow=efc.contact_nrow)),
+                       compiler_options=_FAST_OPT)(jm, js, efc)
+    np.testing.assert_allclose(out[0], shuffled[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out[1], shuffled[1], rtol=1e-12, atol=1e-12)
+    if cone == PYRAMIDAL:  # (elliptic states on the cone's surface are round-off)
+        np.testing.assert_array_equal(out[2], shuffled[2])
+
+
+def test_pgs_order_table_values():
+    """The table's orders for every block count against the sweep's own shuffle code
+    (`_pcg32` in uint32 halves), for 7 passes of up to 12 blocks."""
+    from jaxsim import pgs
+
+    table = pgs._order_table(12, 7)
+    hi, lo, _ = pgs._pcg32(jnp.uint32(0), jnp.uint32(0))
+    for c in range(13):
+        perm, h, lo_ = list(range(12)), hi, lo
+        for n in range(7):
+            for t in range(c - 1):
+                i = c - 1 - t
+                h, lo_, r = pgs._pcg32(h, lo_)
+                j = int(r) % (i + 1)
+                perm[i], perm[j] = perm[j], perm[i]
+            assert list(table[c, n]) == perm, (c, n)
+
+
+@pytest.mark.parametrize("cone", [PYRAMIDAL, ELLIPTIC])
 @pytest.mark.parametrize("solver_", [NEWTON, CG])
 def test_one_iteration(cone, solver_):
     """iterations="1" (as RL models often set): the one trip skips what only a next
