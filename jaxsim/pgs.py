@@ -460,7 +460,7 @@ def _pgs(m: Model, d: State, p: _Problem, has_cone: bool, nstat: int):
     if table is None:
         perm, rng = shuffle(perm0, rng)
     else:  # the orders come from the table: perm and rng are not used
-        perm, rng = jnp.zeros(1, jnp.int32), (rng[0][:1] * 0, rng[1][:1] * 0)
+        perm, rng = jnp.zeros(1, jnp.int32), (jnp.zeros(1, jnp.uint32),) * 2
     carry = dict(it=jnp.int32(0), done=cnt == 0, f=f, fprev=f, fmom=f,
                  nk=jnp.zeros(nisl, jnp.int32), perm=perm, rng=rng, state=state0,
                  info=_stats(nstat, dt))
