@@ -17,7 +17,11 @@ are mostly matrix products. All functions accept leading batch dimensions. Batch
 most SMALL_BATCH worlds (and single worlds) run the loops in a form that launches fewer
 kernels per trip; the batching rules choose (see "small-batch kernels"), and the smallest
 of those go to LAPACK in calls too small for jaxlib to split (see `LAPACK_WORK`). Larger
-batches go to LAPACK in a loop over chunks of worlds, each call as small (`CHUNK_MAX`).
+batches go to LAPACK in a loop over chunks of worlds, each call as small (`CHUNK_MAX`),
+and a matrix too large for that goes to LAPACK alone, one world per call (a call on one
+matrix is never split; see `lapack_ok`). Which form runs is decided when the program is
+lowered, on the final shapes; the blocked recursion past `BLOCK` happens there too, for
+the forms that are not LAPACK's (`_chol_rec`, `_tri_rec`).
 """
 
 from __future__ import annotations
@@ -174,8 +178,12 @@ LAPACK_WORK = 100_000
 
 def lapack_ok(batch: int, work: int) -> bool:
     """Whether a LAPACK call on `batch` matrices of `work` flops each (jaxlib's estimate)
-    may be made: small enough that jaxlib runs it on the calling thread."""
-    return batch * work < LAPACK_WORK
+    may be made: small enough that jaxlib runs it on the calling thread, or a single
+    matrix, whatever its size (jaxlib splits a call over its batch only: two concurrent
+    calls on one 600 x 600 matrix each ran 300 times without a hang on the 2-core
+    machine, where the same two calls on two matrices each hung at once;
+    `tests/test_linalg.py` keeps checking it)."""
+    return batch == 1 or batch * work < LAPACK_WORK
 
 
 # A large batch goes to LAPACK too, in a loop over chunks each small enough to stay on the
@@ -189,13 +197,15 @@ CHUNK_MAX = 32
 
 def chunk_size(batch: int, work: int) -> int:
     """Worlds per LAPACK call when a batch of `batch` matrices of `work` flops each is done
-    in chunks; 0 when it should not be (a small batch, or LAPACK off or too small a
-    chunk to be worth a loop)."""
-    if batch <= SMALL_BATCH or not LAPACK_WORK:
+    in chunks (1 for matrices past half of LAPACK_WORK, at any batch size); 0 when it
+    should not be (a small batch of small matrices, or LAPACK off)."""
+    if batch == 1 or not LAPACK_WORK:
+        return 0
+    if 2 * work >= LAPACK_WORK:  # large matrices: one per call (see lapack_ok)
+        return 1
+    if batch <= SMALL_BATCH:
         return 0
     c = min(CHUNK_MAX, (LAPACK_WORK - 1) // max(work, 1))
-    if c < 2:
-        return 0
     # a divisor of the batch if one is not much smaller: padding copies the whole batch
     # (1024 x 27 x 27: 1.5 ms)
     div = max(k for k in range(1, c + 1) if batch % k == 0)
@@ -230,9 +240,12 @@ def _chol_impl(a, *, cpu=False):
     batch, work = math.prod(a.shape[:-2]), n * n * n // 3
     if lapack_ok(batch, work):
         return lax.linalg.cholesky(a, symmetrize_input=False)
-    c = chunk_size(batch, work) if cpu and a.ndim == 3 else 0
+    c = chunk_size(batch, work) if cpu else 0
     if c:  # LAPACK over chunks of worlds (see CHUNK_MAX)
-        return map_chunks(lambda x: lax.linalg.cholesky(x, symmetrize_input=False), a, c)
+        return map_chunks(lambda x: lax.linalg.cholesky(x, symmetrize_input=False),
+                          a.reshape((batch, n, n)), c).reshape(a.shape)
+    if n > BLOCK:
+        return _chol_rec(a, cpu)
     if a.ndim == 3 and batch > SMALL_BATCH:
         return jnp.vectorize(_chol2_vec, signature="(n,n)->(n,n)")(a)
     return _chol2_loop(a)
@@ -258,7 +271,7 @@ def _chol_batched(args, dims):
     if a.shape[0] <= SMALL_BATCH or a.ndim == 3:  # the lowering picks the form
         return _chol_p.bind(a), 0
     # an inner vmap's small-batch form: its loops over all of the batch
-    return _chol2_loop(a), 0
+    return (_chol_rec(a, False) if a.shape[-1] > BLOCK else _chol2_loop(a)), 0
 
 
 batching.primitive_batchers[_chol_p] = _chol_batched
@@ -283,10 +296,14 @@ def _tri_impl(A, B, *, lower, unit, cpu=False):
         return lax.linalg.triangular_solve(A, B, left_side=True, lower=lower,
                                            unit_diagonal=unit)
     flat = A.ndim == B.ndim == 3  # one batch dimension
-    c = chunk_size(batch, work) if cpu and flat else 0
+    c = chunk_size(batch, work) if cpu and A.shape[:-2] == B.shape[:-2] else 0
     if c:  # LAPACK over chunks of worlds (see CHUNK_MAX)
         return map_chunks(lambda ab: lax.linalg.triangular_solve(
-            ab[0], ab[1], left_side=True, lower=lower, unit_diagonal=unit), (A, B), c)
+            ab[0], ab[1], left_side=True, lower=lower, unit_diagonal=unit),
+            (A.reshape((batch, n, n)), B.reshape((batch,) + B.shape[-2:])), c
+        ).reshape(B.shape)
+    if n > BLOCK:
+        return _tri_rec(A, B, lower, unit, cpu)
     if flat and batch > SMALL_BATCH:
         return jnp.vectorize(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
                              signature="(n,n),(n,k)->(n,k)")(A, B)
@@ -306,6 +323,10 @@ def _tri_batched(args, dims, *, lower, unit):
                 for x, d in zip((A, B), dims, strict=True))
         return _tri_p.bind(A, B, lower=lower, unit=unit), 0  # the lowering picks the form
     # A and B may carry more leading dimensions (an inner vmap's small-batch form)
+    if A.shape[-1] > BLOCK:
+        lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+        A, B = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (A, B))
+        return _tri_rec(A, B, lower, unit, False), 0
     out = jnp.vectorize(lambda a_, b_: _tri2_vec(a_, b_, lower, unit),
                         signature="(n,n),(n,k)->(n,k)")(A, B)
     return out, 0
@@ -370,18 +391,26 @@ def _chol_jvp(primals, tangents):
 
 
 def _chol_blocked(a: jax.Array) -> jax.Array:
+    # the primitive's lowering picks LAPACK or the loops, in blocks past BLOCK (_chol_rec)
+    return _chol_unrolled(a) if a.shape[-1] <= UNROLL else _chol2(a)
+
+
+def _mT(x: jax.Array) -> jax.Array:
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _chol_rec(a: jax.Array, cpu: bool) -> jax.Array:
+    """The blocked Cholesky of a (..., n, n): its halves' factorisations and the panel's
+    solve by `_chol_impl` / `_tri_impl` (LAPACK where allowed, else the loops or further
+    halves), the rest matrix products."""
     n = a.shape[-1]
-    if n <= UNROLL:
-        return _chol_unrolled(a)
-    if n <= BLOCK:
-        return _chol2(a)
     h = n // 2
-    L11 = _chol_blocked(a[:h, :h])
+    L11 = _chol_impl(a[..., :h, :h], cpu=cpu)
     # L21 L11' = A21
-    L21 = _tri_blocked(L11, a[h:, :h].T, lower=True, unit=False).T
-    L22 = _chol_blocked(a[h:, h:] - L21 @ L21.T)
-    top = jnp.concatenate([L11, jnp.zeros((h, n - h), a.dtype)], axis=1)
-    return jnp.concatenate([top, jnp.concatenate([L21, L22], axis=1)], axis=0)
+    L21 = _mT(_tri_impl(L11, _mT(a[..., h:, :h]), lower=True, unit=False, cpu=cpu))
+    L22 = _chol_impl(a[..., h:, h:] - L21 @ _mT(L21), cpu=cpu)
+    top = jnp.concatenate([L11, jnp.zeros(a.shape[:-2] + (h, n - h), a.dtype)], axis=-1)
+    return jnp.concatenate([top, jnp.concatenate([L21, L22], axis=-1)], axis=-2)
 
 
 def _tri2_vec(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
@@ -399,17 +428,23 @@ def _tri2_vec(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
 
 
 def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
-    n = A.shape[0]
-    if n <= BLOCK:
-        return _tri2(A, B, lower, unit)
+    # the primitive's lowering picks LAPACK or the loops, in blocks past BLOCK (_tri_rec)
+    return _tri2(A, B, lower, unit)
+
+
+def _tri_rec(A: jax.Array, B: jax.Array, lower: bool, unit: bool, cpu: bool) -> jax.Array:
+    """The block triangular solve of A (..., n, n), B (..., n, k) (equal leading shapes):
+    two half-size solves by `_tri_impl` and a product."""
+    n = A.shape[-1]
     h = n // 2
+    solve = functools.partial(_tri_impl, lower=lower, unit=unit, cpu=cpu)
     if lower:
-        X1 = _tri_blocked(A[:h, :h], B[:h], lower, unit)
-        X2 = _tri_blocked(A[h:, h:], B[h:] - A[h:, :h] @ X1, lower, unit)
+        X1 = solve(A[..., :h, :h], B[..., :h, :])
+        X2 = solve(A[..., h:, h:], B[..., h:, :] - A[..., h:, :h] @ X1)
     else:
-        X2 = _tri_blocked(A[h:, h:], B[h:], lower, unit)
-        X1 = _tri_blocked(A[:h, :h], B[:h] - A[:h, h:] @ X2, lower, unit)
-    return jnp.concatenate([X1, X2], axis=0)
+        X2 = solve(A[..., h:, h:], B[..., h:, :])
+        X1 = solve(A[..., :h, :h], B[..., :h, :] - A[..., :h, h:] @ X2)
+    return jnp.concatenate([X1, X2], axis=-2)
 
 
 def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: bool = False,

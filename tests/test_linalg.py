@@ -134,11 +134,12 @@ def test_loops_by_batch_size(batch, n):
                     i += 1
 
 
-def test_nested_vmaps():
+@pytest.mark.parametrize("n", (5, 49))
+def test_nested_vmaps(n):
     """A small inner batch (its loops take the batch as leading dimensions) inside a large
-    outer one, and the reverse: equal numpy / scipy."""
+    outer one, and the reverse: equal numpy / scipy (49: past BLOCK, in halves)."""
     rng = np.random.default_rng(5)
-    n, big, small = 5, linalg.SMALL_BATCH + 3, 2
+    big, small = linalg.SMALL_BATCH + 3, 2
     for outer, inner in ((big, small), (small, big)):
         A = _spd(rng, n, outer * inner).reshape(outer, inner, n, n)
         b = rng.normal(size=(outer, inner, n))
@@ -236,12 +237,13 @@ def _lapack_calls(text):
 
 
 def _lapack_work(name, shapes):
+    """(batch, work per matrix) of a LAPACK call, by jaxlib's estimate."""
     if "potrf" in name:
         *batch, n, _ = shapes[0]
-        return math.prod(batch) * (n * n * n // 3)
+        return math.prod(batch), n * n * n // 3
     if "trsm" in name:
         *batch, m, k = shapes[1]
-        return math.prod(batch) * m * m * k
+        return math.prod(batch), m * m * k
     raise AssertionError(f"unexpected LAPACK call {name}")
 
 
@@ -269,6 +271,44 @@ def test_simulation_programs_lapack_calls_never_split(integ, cone, condim, solve
     for n, programs in texts.items():
         calls = [c for t in programs for c in _lapack_calls(t)]
         for name, shapes in calls:
-            assert _lapack_work(name, shapes) < JAXLIB_SPLIT_WORK, (n, name, shapes)
+            nb, work = _lapack_work(name, shapes)
+            # a single matrix is never split (test_single_matrix_lapack_calls_do_not_hang)
+            assert nb == 1 or nb * work < JAXLIB_SPLIT_WORK, (n, name, shapes)
         if n <= 4:
             assert any("potrf" in name for name, _ in calls), n
+
+
+_TWO_CALLS = """
+import jax, numpy as np
+from jax import lax
+n = 600
+rng = np.random.default_rng(0)
+A = rng.normal(size=(n, n)); A = (A @ A.T + n * np.eye(n)).astype(np.float32)
+X = rng.normal(size=(n, 300)).astype(np.float32)
+
+def body(i, c):
+    a, b, x, y = c
+    la = lax.linalg.cholesky(a[None], symmetrize_input=False)
+    lb = lax.linalg.cholesky(b[None], symmetrize_input=False)
+    ta = lax.linalg.triangular_solve(la, x[None], left_side=True, lower=True)[0]
+    tb = lax.linalg.triangular_solve(lb, y[None], left_side=True, lower=True)[0]
+    return a + 1e-6 * la[0], b + 1e-6 * lb[0], x + 1e-3 * ta, y + 1e-3 * tb
+
+f = jax.jit(lambda *c: lax.fori_loop(0, 200, body, c))
+print(bool(np.isfinite(np.asarray(jax.block_until_ready(f(A, 1.1 * A, X, X))[2])).all()))
+"""
+
+
+def test_single_matrix_lapack_calls_do_not_hang():
+    """What `linalg.lapack_ok` relies on: jaxlib splits a LAPACK call over its batch only,
+    so a call on one matrix runs on the calling thread however large it is. Two
+    independent chains of such calls (600 x 600, each past jaxlib's splitting work) run
+    concurrently 200 times; on two matrices per call the same program hangs at once on
+    this 2-core machine."""
+    import subprocess
+    import sys
+
+    env = dict(__import__("os").environ, JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", _TWO_CALLS], capture_output=True, text=True,
+                       timeout=240, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
