@@ -23,7 +23,17 @@ from jaxsim import sensor as _sensor
 from jaxsim import sleep as _sleep
 from jaxsim import solver as _solver
 from jaxsim.collision import driver as _collision
-from jaxsim.types import DisableBit, EnableBit, Integrator, Model, Stage, State, Warning
+from jaxsim.types import (
+    DisableBit,
+    EnableBit,
+    GeomType,
+    Integrator,
+    JointType,
+    Model,
+    Stage,
+    State,
+    Warning,
+)
 
 
 def _np(x) -> np.ndarray:
@@ -155,10 +165,33 @@ def _constraint_stage(m: Model, d: State):
 #   gymnasium humanoid (190 slots, 11 compact, PGS) 1199 -> 1829 (at 9cc5f12)
 # and the mjx humanoid (8 slots) at 2 compact, which it does not get: 34283 -> 23158 (a
 # quarter of the slots is fewer than its feet use). Automatic (`model.ncompact` -1, the
-# default): a sixteenth of the slots, at least a quarter of them up to 8 and at least
-# _COMPACT_MIN, when that is at most a third of the slots; 0 off; a positive value is the
-# slot count.
+# default): a sixteenth of the slots, at least a quarter of them up to 8, at least
+# _COMPACT_MIN and at least half as much again as the free bodies' contacts at rest
+# (_resting_contacts), when that is at most a third of the slots; 0 off; a positive value
+# is the slot count.
 _COMPACT_MIN = 4
+# ... and at least what the free bodies use at rest, half as much again: a free body resting
+# on its support touches it at one point (a sphere or an ellipsoid), two (a capsule) or
+# four (a box, a cylinder, a mesh; its geom with the most counts), and a compact problem
+# smaller than what a scene of resting objects uses sends every world to the whole
+# problem (models/pile10.xml, 5 boxes and 5 spheres, 140 slots, about 30 contacts in use,
+# batch 64, 10 steps from a warm state, alternated medians: 8 slots 1133 ms, 40 slots
+# 870 ms, the compact problem off 1422 ms; box_pile, 50 -> 64 slots: 1006 -> 971 ms;
+# robots on one free base keep their sizes).
+_COMPACT_REST = {GeomType.SPHERE: 1, GeomType.ELLIPSOID: 1, GeomType.CAPSULE: 2}
+
+
+def _resting_contacts(m: Model) -> int:
+    """Contacts the free bodies' own colliding geoms use at rest (see _COMPACT_REST; 4 for
+    the other types)."""
+    jtype, jbody = np.asarray(m.jnt_type), np.asarray(m.jnt_bodyid)
+    gbody, gtype = np.asarray(m.geom_bodyid), np.asarray(m.geom_type)
+    collide = (np.asarray(m.geom_contype) | np.asarray(m.geom_conaffinity)) != 0
+    total = 0
+    for b in jbody[jtype == JointType.FREE]:
+        own = gtype[(gbody == b) & collide]
+        total += max((_COMPACT_REST.get(GeomType(int(t)), 4) for t in own), default=0)
+    return total
 
 # Single worlds and small batches (at most loops._MIN_BATCH) take the compact problem too
 # when the whole one has more rows than this (2026-12-01, batch 1, ms per 100 steps from a
@@ -175,7 +208,8 @@ def _compact_slots(m: Model, p) -> int | None:
     if not p.nrow or not m.ncompact:
         return None
     if m.ncompact < 0:
-        k = max(_COMPACT_MIN, p.ncon // 16, min(8, p.ncon // 4))
+        k = max(_COMPACT_MIN, p.ncon // 16, min(8, p.ncon // 4),
+                -(-3 * _resting_contacts(m) // 2))
     else:
         k = int(m.ncompact)
     return k if 3 * k <= p.ncon else None

@@ -389,9 +389,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-main", action="store_true", help="skip the model table")
     p.add_argument("--scaling", action="store_true",
                    help="also measure steps/s vs number of bodies and vs batch size")
-    p.add_argument("--scaling-models", default="pile10,pile100",
+    p.add_argument("--scaling-models", default="pile1,pile10,pile100",
                    help="models for the bodies sweep (add pile1000 for the largest)")
-    p.add_argument("--scaling-bodies-batch", default="64")
+    p.add_argument("--scaling-bodies-batch", default="1,64")
     p.add_argument("--scaling-batch-model", default="quadruped")
     p.add_argument("--scaling-batches", default="1,4,16,64,256,1024")
     # worker mode (internal)

@@ -1,4 +1,4 @@
-"""How the collision stage grows with the number of bodies (models/pile{10,100,1000}.xml).
+"""How the collision stage grows with the number of bodies (models/pile{1,10,100,1000}.xml).
 
 For each scene: all geom pairs, the pairs the compiler enumerates, the run-time sweep
 groups and their capacities, the contact buffer, jit compile time, run time per call
@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("sizes", nargs="*", type=int, default=[10, 100, 1000])
+    ap.add_argument("sizes", nargs="*", type=int, default=[1, 10, 100, 1000])
     a = ap.parse_args()
     if a.dtype == "float64":
         jax.config.update("jax_enable_x64", True)

@@ -8,6 +8,7 @@ that its statistics are those of one monolithic solve, as ours.
 """
 
 import functools
+import pathlib
 import sys
 
 import jax
@@ -643,7 +644,7 @@ _BALLS = """<mujoco><option solver="{solver}" cone="{cone}" iterations="{it}" to
     ("Newton", "elliptic", 100, 1e-12, 20)])
 def test_compact_problem_and_full_fallback(solver_, cone, it, tol, noslip):
     """12 free balls: 78 contact slots, of which a world uses a few. With the compact
-    problem on (`ncompact=-1`, automatic, the default), worlds with at most 8
+    problem on (`ncompact=-1`, automatic, the default: 18 slots), worlds with at most 18
     active contacts are solved on the compact problem, the others (a packed row of balls)
     on the whole one; batched, the whole problem runs only for those worlds. Every world
     matches MuJoCo, batched and alone. The batch (20 worlds) is large enough for the
@@ -656,12 +657,12 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol, noslip):
     fw = sys.modules["jaxsim.forward"]
     assert fw._compact_slots(model.replace(ncompact=0), constraint.plan(model)) is None
     kc = fw._compact_slots(model, constraint.plan(model))  # automatic by default
-    assert kc == 8
+    assert kc == 18  # 12 free spheres at rest (one contact each), half as much again
     rng = np.random.default_rng(0)
     worlds = []
     for w in range(20):
         d = mujoco.MjData(m)
-        packed = w % 5 == 0  # balls in a row, touching and pressed together: > 8 contacts
+        packed = w % 5 == 0  # balls in a row, touching and pressed together: > 18 contacts
         for i in range(12):
             x, y = (i * 0.199, 0.0) if packed else (i % 4 * 0.5, i // 4 * 0.5)
             # spread out, between 1 and 8 balls (of the first 8) touch the plane
@@ -688,6 +689,20 @@ def test_compact_problem_and_full_fallback(solver_, cone, it, tol, noslip):
             np.testing.assert_allclose(
                 np.sort(np.asarray(res.efc_force)[np.asarray(res.efc_active)]),
                 np.sort(d.efc_force), rtol=1e-6, atol=1e-8 * np.abs(d.efc_force).max())
+
+
+def test_compact_size_counts_resting_free_bodies():
+    """The automatic compact problem is at least half as large again as what the free
+    bodies use at rest: models/pile10.xml's 5 boxes (4 contacts each) and 5 spheres (1),
+    25 -> 38 slots of its 140; a robot on one free base keeps the slot-count rule."""
+    fw = sys.modules["jaxsim.forward"]
+    root = pathlib.Path(__file__).resolve().parents[1]
+    pile = jaxsim.load(str(root / "models" / "pile10.xml"), dtype=jnp.float64)
+    assert fw._resting_contacts(pile) == 5 * 4 + 5 * 1
+    assert fw._compact_slots(pile, constraint.plan(pile)) == 38
+    cart = jaxsim.load(str(root / "models" / "quadruped.xml"), dtype=jnp.float64)
+    p = constraint.plan(cart)
+    assert fw._compact_slots(cart, p) == max(4, p.ncon // 16, min(8, p.ncon // 4))
 
 
 def test_hessian_of_single_entry_rows():
