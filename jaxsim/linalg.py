@@ -356,6 +356,7 @@ ad.primitive_transposes[_tri_p] = _tri_transpose
 
 
 def _tri2(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
+    # the lowering picks LAPACK or the loops, in blocks past BLOCK (_tri_rec)
     return _tri_p.bind(A, B, lower=lower, unit=unit)
 
 
@@ -384,8 +385,8 @@ def _chol_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     L = _chol(a)
     da = jnp.tril(da) + jnp.tril(da, -1).T
-    y = _tri_blocked(L, da, lower=True, unit=False)
-    x = _tri_blocked(L, y.T, lower=True, unit=False).T
+    y = _tri2(L, da, lower=True, unit=False)
+    x = _tri2(L, y.T, lower=True, unit=False).T
     phi = jnp.tril(x, -1) + 0.5 * jnp.diag(jnp.diagonal(x))
     return L, L @ phi
 
@@ -427,11 +428,6 @@ def _tri2_vec(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
     return lax.fori_loop(0, n, body, jnp.zeros_like(B))
 
 
-def _tri_blocked(A: jax.Array, B: jax.Array, lower: bool, unit: bool) -> jax.Array:
-    # the primitive's lowering picks LAPACK or the loops, in blocks past BLOCK (_tri_rec)
-    return _tri2(A, B, lower, unit)
-
-
 def _tri_rec(A: jax.Array, B: jax.Array, lower: bool, unit: bool, cpu: bool) -> jax.Array:
     """The block triangular solve of A (..., n, n), B (..., n, k) (equal leading shapes):
     two half-size solves by `_tri_impl` and a product."""
@@ -468,7 +464,7 @@ def solve_triangular(a: jax.Array, b: jax.Array, *, lower: bool = True, trans: b
     # triangle (n right-hand sides) and apply it in one product that reads B once
     many = B.shape[-1] > n
     rhs = jnp.broadcast_to(jnp.eye(n, dtype=A.dtype), A.shape) if many else B
-    out = jnp.vectorize(lambda A_, B_: _tri_blocked(A_, B_, low, unit_diagonal),
+    out = jnp.vectorize(lambda A_, B_: _tri2(A_, B_, low, unit_diagonal),
                         signature="(n,n),(n,k)->(n,k)")(A, rhs)
     if many:
         out = jnp.matmul(out, B, precision=lax.Precision.HIGHEST)
