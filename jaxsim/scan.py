@@ -44,9 +44,9 @@ def body_forward(body_parentid: np.ndarray, fn: Callable[[Any, np.ndarray], Any]
     carry = init
     for ids in body_levels(parent)[1:]:
         pids = parent[ids]
-        prow = jax.tree_util.tree_map(lambda x: x[pids], carry)
+        prow = jax.tree_util.tree_map(lambda x, p=pids: x[p], carry)
         new = fn(prow, ids)
-        carry = jax.tree_util.tree_map(lambda x, n: x.at[ids].set(n), carry, new)
+        carry = jax.tree_util.tree_map(lambda x, n, i=ids: x.at[i].set(n), carry, new)
     return carry
 
 

@@ -111,9 +111,9 @@ class Struct:
     @classmethod
     def _unflatten(cls, key: _StaticKey, leaves):
         obj = object.__new__(cls)
-        for n, v in zip(cls._leaf_names, leaves):
+        for n, v in zip(cls._leaf_names, leaves, strict=True):
             object.__setattr__(obj, n, v)
-        for n, v in zip(cls._static_names, key.values):
+        for n, v in zip(cls._static_names, key.values, strict=True):
             object.__setattr__(obj, n, v)
         object.__setattr__(obj, "_static_key", key)
         return obj

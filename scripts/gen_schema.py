@@ -96,7 +96,7 @@ def main(path):
             base, ns, lo, hi = parse_type(t)
             flags = []
             for f in ("required", "nodefault"):
-                if re.search(r"\b%s\b" % f, facets):
+                if re.search(rf"\b{f}\b", facets):
                     flags.append(f)
             enum_keys = tuple(enums.get(ns, {}).keys()) if base in ("enum", "flags") else None
             # (type, namespace, min arity, max arity, default, flags, enum keywords)

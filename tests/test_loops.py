@@ -92,8 +92,8 @@ def test_cond_large_batch_only():
         x = jnp.linspace(0.1, 0.9, n)
         k = jnp.arange(n, dtype=jnp.int32) % 9
         got = jax.jit(jax.vmap(ours))(x, k)
-        ref = jax.jit(jax.vmap(lambda x, k: _branches(x, k, lax.cond) if n > loops._MIN_BATCH
-                               else whole(x, k)))(x, k)
+        ref = jax.jit(jax.vmap(lambda x, k, n=n: _branches(x, k, lax.cond)
+                               if n > loops._MIN_BATCH else whole(x, k)))(x, k)
         for a, b in zip(got, ref, strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     for k in (2, 9):  # unbatched

@@ -504,7 +504,7 @@ def test_factor_m_large_batch_by_lapack_chunks_matches_mujoco():
         def run(m, d):
             return smooth.factor_m(m, smooth.make_m(m, smooth.com_pos(m, smooth.kinematics(m, d))))
 
-        st = jax.vmap(lambda q: jaxsim.make_state(m).replace(qpos=q))(jnp.asarray(qpos))
+        st = jax.vmap(lambda q, m=m: jaxsim.make_state(m).replace(qpos=q))(jnp.asarray(qpos))
         f = jax.jit(jax.vmap(run, in_axes=(None, 0)))
         assert "lapack_dpotrf" in f.lower(m, st).as_text()
         d = f(m, st)

@@ -167,7 +167,7 @@ def compile_assets(ctx: Ctx) -> None:
                 ctx.add_name(ObjType.SKIN, el.get("name") or "", el)
             else:  # <model> is handled by expand; anything else is a schema error
                 raise MJCFError(f"<{tag}> assets are not supported by jaxsim yet", el)
-    for mi, el in enumerate(ctx.elements[int(ObjType.MATERIAL)]):
+    for el in ctx.elements[int(ObjType.MATERIAL)]:
         for tex in (el.get("texture"),):
             if tex and tex not in ctx.ids[int(ObjType.TEXTURE)]:
                 raise MJCFError(f"unknown texture '{tex}'", el, "texture")
@@ -180,9 +180,9 @@ def compile_assets(ctx: Ctx) -> None:
         nhfield=nh, nmat=len(mat_rgba),
         hfield_size=np.array(hf_size).reshape(nh, 4),
         hfield_nrow=np.array(hf_nrow, dtype=np.int64), hfield_ncol=np.array(hf_ncol, dtype=np.int64),
-        hfield_adr=np.cumsum([0] + [r * c for r, c in zip(hf_nrow, hf_ncol)])[:nh].astype(np.int64),
+        hfield_adr=np.cumsum([0] + [r * c for r, c in zip(hf_nrow, hf_ncol, strict=True)])[:nh].astype(np.int64),
         hfield_data=np.concatenate(hf_data) if hf_data else np.zeros(0),
-        nhfielddata=int(sum(r * c for r, c in zip(hf_nrow, hf_ncol))),
+        nhfielddata=int(sum(r * c for r, c in zip(hf_nrow, hf_ncol, strict=True))),
         mat_rgba=np.array(mat_rgba).reshape(len(mat_rgba), 4),
     )
 

@@ -110,7 +110,7 @@ def axisangle2quat(axis, angle: float) -> np.ndarray:
 
 def euler2quat(euler, seq: str) -> np.ndarray:
     q = np.array([1.0, 0.0, 0.0, 0.0])
-    for ang, ax in zip(euler, seq):
+    for ang, ax in zip(euler, seq, strict=True):
         r = np.array([math.cos(ang / 2), 0.0, 0.0, 0.0])
         r["xyz".index(ax.lower()) + 1] = math.sin(ang / 2)
         q = mulquat(q, r) if ax.islower() else mulquat(r, q)

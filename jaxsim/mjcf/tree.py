@@ -154,7 +154,7 @@ def _pad_user(ctx: Ctx, field: str, nfield: str, rows: list, el_list: list) -> N
     longest = max((len(r) for r in rows), default=0)
     if n is None or n < 0:
         n = longest
-    for r, el in zip(rows, el_list):
+    for r, el in zip(rows, el_list, strict=True):
         if len(r) > n:
             raise MJCFError(f"user has more values than {nfield}", el, "user")
     ctx.out[nfield] = int(n)
@@ -187,19 +187,19 @@ def compile_tree(ctx: Ctx) -> None:
 
     # joints: attributes first (geoms need nothing from them)
     jnodes = [(n, item) for n in nodes for item in n.items["joint"]]
-    for n, (el, _f, _c) in jnodes:
+    for _n, (el, _f, _c) in jnodes:
         ctx.add_name(ObjType.JOINT, el.get("name"), el)
     gitems = [(n, item) for n in nodes for item in n.items["geom"]]
-    for n, (el, _f, _c) in gitems:
+    for _n, (el, _f, _c) in gitems:
         ctx.add_name(ObjType.GEOM, el.get("name"), el)
     sitems = [(n, item) for n in nodes for item in n.items["site"]]
-    for n, (el, _f, _c) in sitems:
+    for _n, (el, _f, _c) in sitems:
         ctx.add_name(ObjType.SITE, el.get("name"), el)
     citems = [(n, item) for n in nodes for item in n.items["camera"]]
-    for n, (el, _f, _c) in citems:
+    for _n, (el, _f, _c) in citems:
         ctx.add_name(ObjType.CAMERA, el.get("name"), el)
     litems = [(n, item) for n in nodes for item in n.items["light"]]
-    for n, (el, _f, _c) in litems:
+    for _n, (el, _f, _c) in litems:
         ctx.add_name(ObjType.LIGHT, el.get("name"), el)
 
     ngeom, nsite, ncam, nlight, njnt = len(gitems), len(sitems), len(citems), len(litems), len(jnodes)
@@ -714,7 +714,7 @@ def _compile_joints(ctx: Ctx, nodes, jnodes) -> dict:
                          "stiffness", "range", "actfrcrange", "margin", "ref", "springref",
                          "armature", "damping", "frictionloss", "user", "springdamper", "align",
                          "springyield")}
-    for n, (el, frame, cls) in jnodes:
+    for _n, (el, frame, cls) in jnodes:
         if el.tag == "freejoint":
             a = ctx.attrs(el, "freejoint", kind="")
             ja = ctx.attrs(el, "joint", kind="")  # MuJoCo's built-in joint defaults only
