@@ -9,7 +9,10 @@ step or their gradients.
 """
 
 import math
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -305,10 +308,7 @@ def test_single_matrix_lapack_calls_do_not_hang():
     independent chains of such calls (600 x 600, each past jaxlib's splitting work) run
     concurrently 200 times; on two matrices per call the same program hangs at once on
     this 2-core machine."""
-    import subprocess
-    import sys
-
-    env = dict(__import__("os").environ, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", _TWO_CALLS], capture_output=True, text=True,
                        timeout=240, env=env)
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]

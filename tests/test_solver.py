@@ -8,7 +8,6 @@ that its statistics are those of one monolithic solve, as ours.
 """
 
 import functools
-import pathlib
 import sys
 
 import jax
@@ -18,7 +17,7 @@ import pytest
 
 mujoco = pytest.importorskip("mujoco")
 
-from conftest import gym_assets  # noqa: E402
+from conftest import MODELS, gym_assets  # noqa: E402
 
 import jaxsim  # noqa: E402
 from jaxsim import constraint, hessian, linesearch, solver  # noqa: E402
@@ -696,13 +695,12 @@ def test_compact_size_counts_resting_free_bodies():
     bodies use at rest: models/pile10.xml's 5 boxes (4 contacts each) and 5 spheres (1),
     25 -> 38 slots of its 140; a robot on one free base keeps the slot-count rule."""
     fw = sys.modules["jaxsim.forward"]
-    root = pathlib.Path(__file__).resolve().parents[1]
-    pile = jaxsim.load(str(root / "models" / "pile10.xml"), dtype=jnp.float64)
+    pile = jaxsim.load(str(MODELS / "pile10.xml"), dtype=jnp.float64)
     assert fw._resting_contacts(pile) == 5 * 4 + 5 * 1
     assert fw._compact_slots(pile, constraint.plan(pile)) == 38
-    cart = jaxsim.load(str(root / "models" / "quadruped.xml"), dtype=jnp.float64)
-    p = constraint.plan(cart)
-    assert fw._compact_slots(cart, p) == max(4, p.ncon // 16, min(8, p.ncon // 4))
+    robot = jaxsim.load(str(MODELS / "quadruped.xml"), dtype=jnp.float64)
+    p = constraint.plan(robot)
+    assert fw._compact_slots(robot, p) == max(4, p.ncon // 16, min(8, p.ncon // 4))
 
 
 def test_hessian_of_single_entry_rows():
