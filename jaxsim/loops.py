@@ -383,6 +383,11 @@ def _chunked_map(f, mask, items, shared, chunk: int):
     return lax.while_loop(lambda c: c[0] < ntrip, trip, (jnp.int32(0), out))[1]
 
 
+# a single world's masked_map takes up to this many rows per trip whatever chunk_div says:
+# its trips cost their kernel launches, not their width (one trip for a group of 8 pairs)
+_MIN_CHUNK = 8
+
+
 def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
     """`vmap(f, in_axes=(0, None))(items, shared)` on the rows where `mask`, zeros on the
     others, evaluating f only on the masked rows (in chunks of 1/chunk_div of the rows;
@@ -398,9 +403,9 @@ def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
         out = jax.vmap(g, in_axes=(0, None))(items, sh)
         return _select(mask, out, jax.tree.map(jnp.zeros_like, out))
 
-    def sparse(mask, items, sh):
+    def sparse(mask, items, sh):  # a single world: chunks of at least _MIN_CHUNK rows
         n = mask.shape[0]
-        return _chunked_map(g, mask, items, sh, max(1, -(-n // chunk_div)))
+        return _chunked_map(g, mask, items, sh, max(min(n, _MIN_CHUNK), -(-n // chunk_div)))
 
     def rule(axis_size, in_batched, mask, items, sh):
         mb, ib, sb = in_batched

@@ -324,6 +324,51 @@ def test_sparse_narrow_phase_matches_mujoco_and_the_dense_one(monkeypatch):
     assert np.any(np.asarray(grads) != 0)
 
 
+def test_convex_narrow_phase_only_where_the_filters_pass(monkeypatch):
+    """GJK/EPA pairs (ellipsoids on a plane, in a loose grid: neighbours touch, diagonals
+    and the upper layer's plane pairs are beyond their bounding spheres) are evaluated only
+    where the bounding filters pass, whatever the group's size (`driver._sparse`): alone,
+    contacts as MuJoCo's; batched, values and gradients as evaluating every pair."""
+    xml = _pile_xml(4, seed=5).replace('type="sphere" size=".1"',
+                                       'type="ellipsoid" size=".11 .1 .09"')
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    p = driver.plan(model)
+    convex = [g for g in p.groups if g.merged or g.types not in driver._analytic()]
+    assert convex
+    m = mujoco.MjModel.from_xml_string(xml)
+    rng = np.random.default_rng(1)
+    qs = []
+    for _ in range(3):
+        d = mujoco.MjData(m)
+        d.qpos[:] = m.qpos0 + np.concatenate(
+            [np.r_[0.004 * rng.normal(size=3), 0.0, 0.0, 0.0, 0.0] for _ in range(4)])
+        mujoco.mj_forward(m, d)
+        assert d.ncon >= 2
+        assert_contacts_match(m, d, _ours(model, d.qpos))
+        qs.append(d.qpos.copy())
+    qs = jnp.asarray(np.array(qs))
+    margin, gap = driver._margin_gap(model, p.geom1, p.geom2, p.ipair)
+    keep = jax.vmap(lambda q: driver._sphere_filter(
+        model, smooth.kinematics(model, jaxsim.make_state(model).replace(qpos=q)),
+        p.geom1, p.geom2, margin + gap + driver.TOUCH))(qs)
+    idx = np.concatenate([g.pair for g in convex])
+    kept = np.asarray(keep)[:, idx]
+    assert kept.any() and not kept.all()  # both kinds of pair in every test below
+
+    def depth(q):  # and the contacts
+        c = _ours_traced(model, q).contact
+        return jnp.sum(jnp.where(c.active, c.dist ** 2, 0.0)), (c.dist, c.pos, c.active)
+
+    run = jax.jit(jax.vmap(jax.grad(depth, has_aux=True)))
+    grads, batched = run(qs)
+    monkeypatch.setattr(driver, "_sparse", lambda analytic, n: False)  # every pair evaluated
+    dgrads, dense = jax.jit(jax.vmap(jax.grad(depth, has_aux=True)))(qs)
+    for a, b in zip(batched, dense, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(grads), np.asarray(dgrads), rtol=1e-12, atol=1e-12)
+    assert np.any(np.asarray(grads) != 0)
+
+
 _CONVEX_MIX = """<mujoco><asset><mesh name="cube" vertex="-1 -1 -1 1 -1 -1 1 1 -1 -1 1 -1
   -1 -1 1 1 -1 1 1 1 1 -1 1 1" scale=".07 .08 .09"/><mesh name="oct" vertex="1 0 0 -1 0 0
   0 1 0 0 -1 0 0 0 1 0 0 -1" scale=".11 .1 .12"/></asset><worldbody>{}</worldbody></mujoco>"""
