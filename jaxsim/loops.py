@@ -360,11 +360,21 @@ def zero_unless(fn, x, *rest):
     return _dense_jvp(fast, lambda p, *args: fn(*args))(jnp.all(x == 0), x, *rest)
 
 
-def _chunked_map(f, mask, items, shared, chunk: int):
-    """f over the rows of `items` where `mask`, `chunk` rows per trip (zeros elsewhere)."""
+def _chunked_map(f, mask, items, shared, chunk: int, period=None):
+    """f over the rows of `items` where `mask`, `chunk` rows per trip (zeros elsewhere).
+    With `period` (a pytree of bools like `items`), the leaves marked True hold one row per
+    `period` rows of the mask, row r taking their row r % period: the batch's shared rows
+    (a height field's data, say) gathered as needed instead of copied per world."""
     n = mask.shape[0]
+    if period is None:
+        period = jax.tree.map(lambda _: False, items)
+
+    def take(idx):
+        return jax.tree.map(lambda v, cyc: v[idx % v.shape[0]] if cyc else v[idx], items,
+                            period)
+
     out0 = jax.eval_shape(lambda it: jax.vmap(f, in_axes=(0, None))(it, shared),
-                          jax.tree.map(lambda v: v[:chunk], items))
+                          take(jnp.zeros(chunk, jnp.int32)))
     out = jax.tree.map(lambda s: jnp.zeros((n,) + s.shape[1:], s.dtype), out0)
     pos = jnp.cumsum(mask) - 1  # rank of each masked row
 
@@ -375,7 +385,7 @@ def _chunked_map(f, mask, items, shared, chunk: int):
         idx = jnp.zeros(chunk, jnp.int32).at[slot].set(jnp.arange(n, dtype=jnp.int32),
                                                         mode="drop")
         used = jnp.arange(chunk) < jnp.sum(mask) - t * chunk
-        sub = jax.vmap(f, in_axes=(0, None))(jax.tree.map(lambda v: v[idx], items), shared)
+        sub = jax.vmap(f, in_axes=(0, None))(take(idx), shared)
         dest = jnp.where(used, idx, n)
         return t + 1, jax.tree.map(lambda o, s: o.at[dest].set(s, mode="drop"), out, sub)
 
@@ -415,10 +425,12 @@ def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
             return out, jax.tree.map(lambda _: True, out)
         n = mask.shape[-1]
         mask = jnp.broadcast_to(mask, (axis_size, n)).reshape(-1)
+        # the worlds' rows one after the other; a leaf shared by the worlds is not copied
         items = jax.tree.map(
-            lambda v, b: (v if b else jnp.broadcast_to(v, (axis_size,) + v.shape)).reshape(
-                (axis_size * n,) + v.shape[2 if b else 1:]), items, ib)
-        out = _chunked_map(g, mask, items, sh, max(1, -(-(axis_size * n) // chunk_div)))
+            lambda v, b: v.reshape((axis_size * n,) + v.shape[2:]) if b else v, items, ib)
+        period = jax.tree.map(lambda b: not b, ib)
+        out = _chunked_map(g, mask, items, sh, max(1, -(-(axis_size * n) // chunk_div)),
+                           period)
         out = jax.tree.map(lambda v: v.reshape((axis_size, n) + v.shape[1:]), out)
         return out, jax.tree.map(lambda _: True, out)
 
