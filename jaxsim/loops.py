@@ -22,6 +22,8 @@ derivatives come from elsewhere (the solvers' implicit derivatives).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -393,6 +395,9 @@ def _chunked_map(f, mask, items, shared, chunk: int, period=None):
     return lax.while_loop(lambda c: c[0] < ntrip, trip, (jnp.int32(0), out))[1]
 
 
+# masked_map's batched rule gathers by row the shared leaves with more values per row
+_SHARED_ROW = 256
+
 # a single world's masked_map takes up to this many rows per trip whatever chunk_div says:
 # its trips cost their kernel launches, not their width (one trip for a group of 8 pairs)
 _MIN_CHUNK = 8
@@ -425,10 +430,15 @@ def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
             return out, jax.tree.map(lambda _: True, out)
         n = mask.shape[-1]
         mask = jnp.broadcast_to(mask, (axis_size, n)).reshape(-1)
-        # the worlds' rows one after the other; a leaf shared by the worlds is not copied
+        # the worlds' rows one after the other; a large leaf shared by the worlds (a height
+        # field's data) is gathered by row instead of copied per world (the small ones are
+        # copied: the gymnasium humanoid's pair sizes by row cost 15 % of its step)
+        period = jax.tree.map(lambda v, b: not b and math.prod(v.shape[1:]) > _SHARED_ROW,
+                              items, ib)
         items = jax.tree.map(
-            lambda v, b: v.reshape((axis_size * n,) + v.shape[2:]) if b else v, items, ib)
-        period = jax.tree.map(lambda b: not b, ib)
+            lambda v, b, cyc: v if cyc else (v if b else jnp.broadcast_to(
+                v, (axis_size,) + v.shape)).reshape((axis_size * n,) + v.shape[2 if b else 1:]),
+            items, ib, period)
         out = _chunked_map(g, mask, items, sh, max(1, -(-(axis_size * n) // chunk_div)),
                            period)
         out = jax.tree.map(lambda v: v.reshape((axis_size, n) + v.shape[1:]), out)

@@ -283,3 +283,31 @@ def test_fori_masked_equals_lax_fori_loop(axes):
     one = [a[2] if ax == 0 else a for a, ax in zip(args, axes, strict=True)]
     alone = jax.jit(lambda *a: run(loops.fori_masked, *a))(*one)
     np.testing.assert_array_equal(np.asarray(alone[0]), np.asarray(ours[0][2]))
+
+
+def test_masked_map_shared_large_rows():
+    """Batched over worlds with per-row items shared by the worlds: small ones (copied per
+    world) and one with more than `loops._SHARED_ROW` values per row (gathered by row, as a
+    height field's data): values equal the dense map's, rows of every world."""
+    rng = np.random.default_rng(5)
+    nw, n, big = 6, 10, loops._SHARED_ROW + 44
+    x = jnp.asarray(rng.normal(size=(nw, n)))  # per world
+    table = jnp.asarray(rng.normal(size=(n, big)))  # shared, large rows
+    scale = jnp.asarray(rng.normal(size=n))  # shared, small rows
+    mask = jnp.asarray(rng.uniform(size=(nw, n)) < 0.4)
+
+    def f(args, _):
+        xi, ti, si = args
+        return jnp.sum(ti * jnp.sin(xi * jnp.arange(ti.shape[0]))) * si
+
+    def ours(x, mk):
+        return loops.masked_map(f, mk, (x, table, scale))
+
+    def dense(x, mk):
+        return jnp.where(mk, jax.vmap(f, in_axes=(0, None))((x, table, scale), ()), 0.0)
+
+    got = jax.jit(jax.vmap(ours))(x, mask)
+    want = jax.jit(jax.vmap(dense))(x, mask)
+    assert np.asarray(mask).any() and not np.asarray(mask).all()
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    assert np.all(np.asarray(got)[~np.asarray(mask)] == 0)
