@@ -289,6 +289,23 @@ def test_broadphase_decides_near_touches_as_mujoco(gap):
     assert len(between) == (16 if gap == 0 else 6)  # all 16 neighbours / the 6 along x
 
 
+def _poses_matching_mujoco(xml, model, nbody, sigma, seed, min_ncon, n=3):
+    """n poses of a pile of free bodies (positions moved by sigma), at each of which MuJoCo
+    finds at least min_ncon contacts and ours (a single world) are MuJoCo's; as (n, nq)."""
+    m = mujoco.MjModel.from_xml_string(xml)
+    rng = np.random.default_rng(seed)
+    qs = []
+    for _ in range(n):
+        d = mujoco.MjData(m)
+        d.qpos[:] = m.qpos0 + np.concatenate(
+            [np.r_[sigma * rng.normal(size=3), 0.0, 0.0, 0.0, 0.0] for _ in range(nbody)])
+        mujoco.mj_forward(m, d)
+        assert d.ncon >= min_ncon
+        assert_contacts_match(m, d, _ours(model, d.qpos))
+        qs.append(d.qpos.copy())
+    return jnp.asarray(np.array(qs))
+
+
 def test_sparse_narrow_phase_matches_mujoco_and_the_dense_one(monkeypatch):
     """A pile of 20 spheres: 190 sphere-sphere pairs, evaluated only where the bounding
     filters pass (loops.masked_map), batched and alone; contacts as MuJoCo's, and the same
@@ -297,18 +314,7 @@ def test_sparse_narrow_phase_matches_mujoco_and_the_dense_one(monkeypatch):
     model = jaxsim.load_string(xml, dtype=jnp.float64)
     p = driver.plan(model)
     assert any(g.types == (2, 2) and len(g.pair) >= driver._SPARSE_MIN for g in p.groups)
-    m = mujoco.MjModel.from_xml_string(xml)
-    rng = np.random.default_rng(0)
-    qs = []
-    for _ in range(3):
-        d = mujoco.MjData(m)
-        d.qpos[:] = m.qpos0 + np.concatenate(
-            [np.r_[0.005 * rng.normal(size=3), 0.0, 0.0, 0.0, 0.0] for _ in range(20)])
-        mujoco.mj_forward(m, d)
-        assert d.ncon > 20
-        assert_contacts_match(m, d, _ours(model, d.qpos))
-        qs.append(d.qpos.copy())
-    qs = jnp.asarray(np.array(qs))
+    qs = _poses_matching_mujoco(xml, model, 20, 0.005, seed=0, min_ncon=21)
 
     def depth(q):
         c = _ours_traced(model, q).contact
@@ -335,18 +341,7 @@ def test_convex_narrow_phase_only_where_the_filters_pass(monkeypatch):
     p = driver.plan(model)
     convex = [g for g in p.groups if g.merged or g.types not in driver._analytic()]
     assert convex
-    m = mujoco.MjModel.from_xml_string(xml)
-    rng = np.random.default_rng(1)
-    qs = []
-    for _ in range(3):
-        d = mujoco.MjData(m)
-        d.qpos[:] = m.qpos0 + np.concatenate(
-            [np.r_[0.004 * rng.normal(size=3), 0.0, 0.0, 0.0, 0.0] for _ in range(4)])
-        mujoco.mj_forward(m, d)
-        assert d.ncon >= 2
-        assert_contacts_match(m, d, _ours(model, d.qpos))
-        qs.append(d.qpos.copy())
-    qs = jnp.asarray(np.array(qs))
+    qs = _poses_matching_mujoco(xml, model, 4, 0.004, seed=1, min_ncon=2)
     margin, gap = driver._margin_gap(model, p.geom1, p.geom2, p.ipair)
     keep = jax.vmap(lambda q: driver._sphere_filter(
         model, smooth.kinematics(model, jaxsim.make_state(model).replace(qpos=q)),

@@ -851,8 +851,8 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt, boxes):
         lambda z: z[idx], data)
     data = _geom_data(m, sw.geoms) if t1 == t2 == GeomType.MESH else None
     d1, d2 = take(data, a), take(data, b)
-    touch = TOUCH if sw.types in _analytic() else 0.0
     analytic = sw.types in _analytic()
+    touch = TOUCH if analytic else 0.0
     dist, pos, frame, valid = _narrow(m, d, table[sw.types][0], sw.k, ga, gb, d1, d2,
                                       margin + gap + touch, dt,
                                       live if _sparse(m, analytic, sw.cap2) else None,
