@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from jaxsim.collision import hfield
 from jaxsim.struct import Struct
 from jaxsim.types import Model, ObjType, Option, State
 
@@ -76,6 +77,7 @@ def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
         "text_data": text,
         "flex_where": tuple("" for _ in range(m.nflex)),
         "ncompact": -1,  # a jaxsim option (automatic by default)
+        "hfield_nslot": hfield.MAXCONPAIR,  # as the compiler sets it, below
         "flex_haspassive": ((m.flex_edgestiffness != 0) | (m.flex_edgedamping != 0)).astype(int),
         "stat_meaninertia": jnp.asarray(m.stat.meaninertia, dtype),
         "stat_meanmass": jnp.asarray(m.stat.meanmass, dtype),
@@ -86,7 +88,8 @@ def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
         "dof_hasfrictionloss": np.asarray(m.dof_frictionloss) != 0,
         "tendon_hasfrictionloss": np.asarray(m.tendon_frictionloss) > 0,
     }
-    return Model(**_fill(Model, m, sizes, dtype, extra))
+    model = Model(**_fill(Model, m, sizes, dtype, extra))
+    return model.replace(hfield_nslot=hfield.slots(model))
 
 
 def state_from_mujoco(model: Model, d: mujoco.MjData) -> State:

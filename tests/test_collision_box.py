@@ -319,7 +319,7 @@ def capsule_results():
 
 def _check(results):
     for k, (ours, ref, _) in enumerate(results):
-        for a in ours:
+        for a in jax.tree.leaves(ours):
             assert np.isfinite(a).all(), f"pose {k}: non-finite output"
         try:
             assert_same_contacts(ours, ref, tol=TOL, frame_tol=TOL)

@@ -34,7 +34,7 @@ import pytest
 
 import jaxsim
 from jaxsim.collision import ccd, hfield
-from jaxsim.collision.common import Contacts, Geom
+from jaxsim.collision.common import Geom
 
 jax.config.update("jax_enable_x64", True)
 
@@ -230,7 +230,7 @@ class Poses:
         if monkeypatch is not None:
             monkeypatch.setattr(hfield, "MATCH_DISCRETE", match_discrete)
         out = jax.jit(jax.vmap(fn))(G1, G2, margin)
-        out = Contacts(*(np.asarray(x) for x in out))
+        out = jax.tree.map(np.asarray, out)
         assert out.dist.shape == (len(refs), kmax) == (len(refs), 50)
         for x in out[:4]:
             assert np.all(np.isfinite(x))
@@ -455,3 +455,64 @@ def test_many_prisms_in_order():
         np.testing.assert_allclose(np.asarray(c.dist)[act], d.contact.dist[:d.ncon], atol=1e-12)
         np.testing.assert_allclose(np.asarray(c.pos)[act], d.contact.pos[:d.ncon], atol=1e-12)
     assert counts[0] > 2 * hfield.PRISMS and counts[-1] == hfield.MAXCONPAIR, counts
+
+
+def test_slots_per_pair_from_the_cells_a_geom_covers():
+    """The compiler gives a height-field pair as many contact slots as prisms its partner's
+    bounding box (grown by the margin) can cover (`Model.hfield_nslot`), not mjMAXCONPAIR:
+    a small sphere on a fine field, pressed in anywhere (on cell corners too), never gets
+    more contacts from MuJoCo than that, and nearly as many at some pose. A sphere made larger
+    after compiling finds more: the first ones are kept, in MuJoCo's order, and
+    `state.overflow` is set."""
+    rng = np.random.default_rng(5)
+    nrow, ncol = 21, 26
+    elev = " ".join(f"{e:.3f}" for e in 0.3 + 0.1 * rng.uniform(size=nrow * ncol))
+    xml = f"""<mujoco><asset><hfield name="h" nrow="{nrow}" ncol="{ncol}" size="1 .8 .2 .1"
+      elevation="{elev}"/></asset><worldbody><geom type="hfield" hfield="h" margin=".005"/>
+      <body><freejoint/><geom type="sphere" size=".03"/></body></worldbody></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jaxsim.load_string(xml, dtype=jnp.float64)
+    assert model.hfield_nslot < hfield.MAXCONPAIR
+    dx, dy = 2.0 / (ncol - 1), 1.6 / (nrow - 1)
+    fwd = jax.jit(jaxsim.forward)
+    st = jaxsim.make_state(model)
+
+    def check(mm, mdl, x, y, depth, close=True):
+        d = mujoco.MjData(mm)
+        d.qpos[:3] = (x, y, 0.0)
+        mujoco.mj_kinematics(mm, d)
+        d.qpos[2] = _terrain(mm, 0, x, y) - depth
+        mujoco.mj_forward(mm, d)
+        out = fwd(mdl, st.replace(qpos=jnp.asarray(d.qpos)))
+        c = out.contact
+        act = np.asarray(c.active)
+        n = min(d.ncon, mdl.hfield_nslot)
+        assert mdl is not model or d.ncon <= n, (x, y, d.ncon)
+        assert act.sum() == n and bool(out.overflow) == (d.ncon > n), (x, y, d.ncon)
+        if not close:  # MuJoCo's EPA far from the exact contacts (a deep centre, or one on
+            return d.ncon  # a vertical prism edge, where every side normal is as deep)
+        # slot by slot; MuJoCo's EPA can stop short where the centre is inside a prism (its
+        # depth a lower bound, its position off: see the module's notes)
+        dist = np.asarray(c.dist)[act]
+        assert np.all(dist <= d.contact.dist[:n] + 1e-9), (dist, d.contact.dist[:n])
+        np.testing.assert_allclose(dist, d.contact.dist[:n], atol=3e-4)
+        np.testing.assert_allclose(np.asarray(c.frame)[act][:, 0], d.contact.frame[:n, :3],
+                                   atol=2e-2)
+        return d.ncon
+
+    counts = []
+    for i in range(24):
+        if i < 8:  # a cell corner under the centre
+            x = rng.integers(2, ncol - 2) * dx - 1.0
+            y = rng.integers(2, nrow - 2) * dy - 0.8
+        else:
+            x, y = rng.uniform(-0.9, 0.9), rng.uniform(-0.7, 0.7)
+        counts.append(check(m, model, x, y, rng.uniform(0.0, 0.03), close=i >= 8))
+    # the bound is two prisms per cell of the bounding box (2 x 2 cells here); a sphere
+    # reaches at most 7 of those 8 prisms (two lie across the cells' diagonals)
+    assert model.hfield_nslot == 8 and max(counts) == 7, counts
+
+    m.geom_size[1, 0] = 0.09
+    big = model.replace(geom_size=model.geom_size.at[1, 0].set(0.09),
+                        geom_rbound=model.geom_rbound.at[1].set(0.09))
+    assert check(m, big, 0.013, -0.02, 0.05, close=False) > model.hfield_nslot

@@ -34,7 +34,7 @@ from collision_ref import (  # noqa: E402
 )
 
 from jaxsim.collision import primitive  # noqa: E402
-from jaxsim.collision.common import Contacts, Geom, make_frame  # noqa: E402
+from jaxsim.collision.common import Geom, make_frame  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -155,13 +155,13 @@ class Cases:
         fn, k = primitive.FUNCTIONS[(self.t1, self.t2)]
 
         out = jax.jit(jax.vmap(fn))(_stack(self.g1), _stack(self.g2), np.array(self.margin))
-        out = Contacts(*(np.asarray(x) for x in out))
+        out = jax.tree.map(np.asarray, out)
         assert out.dist.shape == (len(self.ref), k)
         assert np.all(np.isfinite(out.dist)) and np.all(np.isfinite(out.pos))
         assert np.all(np.isfinite(out.normal)) and np.all(np.isfinite(out.tangent))
         ncon = 0
         for i, ref in enumerate(self.ref):
-            mine = Contacts(*(x[i] for x in out))
+            mine = jax.tree.map(lambda x, i=i: x[i], out)
             try:
                 assert_same_contacts(mine, ref, tol=TOL, frame_tol=TOL)
                 _check_frames(mine, ref)

@@ -43,11 +43,15 @@ class Contacts(NamedTuple):
     normal: jax.Array  # (K, 3) unit, from geom 1 to geom 2 (first row of the frame)
     tangent: jax.Array  # (K, 3) MuJoCo's optional second frame axis; zeros if unset
     valid: jax.Array  # (K,) bool
+    overflow: jax.Array | None = None  # () bool: more contacts than K (None: cannot be)
 
     @staticmethod
     def concat(items: list[Contacts]) -> Contacts:
         """Concatenates results along the slot axis (K = sum of the parts' K)."""
-        return Contacts(*(jnp.concatenate(xs, axis=0) for xs in zip(*items, strict=True)))
+        over = [c.overflow for c in items if c.overflow is not None]
+        return Contacts(*(jnp.concatenate(xs, axis=0) for xs in zip(*(c[:5] for c in items),
+                                                                    strict=True)),
+                        overflow=jnp.any(jnp.stack(over)) if over else None)
 
 
 def one(dist, pos, normal, valid, tangent=None) -> Contacts:

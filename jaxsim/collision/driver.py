@@ -54,7 +54,7 @@ def _functions(m: Model | None = None) -> dict:
     table.update(primitive.FUNCTIONS)
     table.update(box.FUNCTIONS)
     table.update(convex.FUNCTIONS if m is None else convex.functions(m.opt))
-    table.update(hfield.FUNCTIONS)
+    table.update(hfield.FUNCTIONS if m is None else hfield.functions(m.hfield_nslot))
     return table
 
 
@@ -504,23 +504,27 @@ def _narrow(m: Model, d: State, fn, k: int, g1, g2, data1, data2, bound, dt, kee
     reported where dist <= margin, as MuJoCo (whose rounding of exact touches ours follows:
     the sensors that count contacts depend on it). With `keep` (pairs that pass the bounding
     filters), the others are not evaluated and come back invalid with zero values. `types`:
-    per-pair arrays passed to `fn` after the bound (the merged groups' geom types).
+    per-pair arrays passed to `fn` after the bound (the merged groups' geom types). The
+    fifth result: per pair, whether it found more contacts than its k slots (None where the
+    collider cannot).
     """
     ga = Geom(d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1], data1)
     gb = Geom(d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], data2)
 
     def one(args, _):
         res: Contacts = fn(*args)
-        return res.dist, res.pos, jax.vmap(make_frame)(res.normal, res.tangent), res.valid
+        out = res.dist, res.pos, jax.vmap(make_frame)(res.normal, res.tangent), res.valid
+        return out if res.overflow is None else out + (res.overflow,)
 
     args = (ga, gb, bound) + tuple(types)
     if keep is None:
-        dist, pos, fr, valid = jax.vmap(one, in_axes=(0, None))(args, ())
+        res = jax.vmap(one, in_axes=(0, None))(args, ())
     else:
-        dist, pos, fr, valid = loops.masked_map(one, keep, args, chunk_div=chunk_div)
+        res = loops.masked_map(one, keep, args, chunk_div=chunk_div)
+    dist, pos, fr, valid = res[:4]
     n = dist.shape[0] * k
     return (dist.reshape(n).astype(dt), pos.reshape(n, 3).astype(dt),
-            fr.reshape(n, 3, 3).astype(dt), valid.reshape(n))
+            fr.reshape(n, 3, 3).astype(dt), valid.reshape(n), res[4] if len(res) > 4 else None)
 
 
 def _merged_call(m: Model, d: State, grp: Group, bound, dt, keep=None):
@@ -556,10 +560,12 @@ def _merged_call(m: Model, d: State, grp: Group, bound, dt, keep=None):
                    types=types, chunk_div=_CHUNK_DIV_ITERATIVE)
 
 
-def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | None:
-    """Narrow phase over the statically enumerated pairs, in MuJoCo's pair order."""
+def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes):
+    """Narrow phase over the statically enumerated pairs, in MuJoCo's pair order: the
+    _Slots (None without pairs) and whether a pair found more contacts than its slots."""
+    over = jnp.zeros((), bool)
     if not p.groups:
-        return None
+        return None, over
     margin, gap = _margin_gap(m, p.geom1, p.geom2, p.ipair)
     keep = _sphere_filter(m, d, p.geom1, p.geom2, margin + gap + TOUCH)  # conservative
     if boxes is not None:
@@ -581,6 +587,8 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | Non
                           else None,
                           chunk_div=8 if analytic else _CHUNK_DIV_ITERATIVE)
         valid = out[3] & jnp.repeat(keep[idx], grp.k)
+        if out[4] is not None:
+            over = over | jnp.any(out[4] & keep[idx])
         parts.append(out[:3] + (valid,))
         slots.append(grp.slot.reshape(-1))
         pairs.append(np.repeat(idx, grp.k))
@@ -593,7 +601,7 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes) -> _Slots | Non
     none = np.full((len(ps), 2), -1, np.int64)
     return _Slots(*cat, geom1=p.geom1[ps], geom2=p.geom2[ps], ipair=p.ipair[ps],
                   condim=p.condim[ps], src=p.source[ps], margin=margin[ps], flex=none,
-                  vert=none, elem=none)
+                  vert=none, elem=none), over
 
 
 def _needs_broadphase(p: Plan) -> bool:
@@ -653,8 +661,8 @@ def collision(m: Model, d: State, nconmax: int | None = None) -> State:
     table = _functions(m)
     # body boxes of MuJoCo's broad phase, once for every group
     boxes = broadphase.body_boxes(m, d, p.broad) if _needs_broadphase(p) else None
-    parts = [_static_slots(m, d, p, table, dt, boxes)]
-    over = jnp.zeros((), bool)
+    sl, over = _static_slots(m, d, p, table, dt, boxes)
+    parts = [sl]
     for sw in p.sweeps:
         sl, o = _sweep_slots(m, d, p, sw, table, dt, boxes)
         parts.append(sl)
@@ -853,7 +861,7 @@ def _sweep_slots(m: Model, d: State, p: Plan, sw: Sweep, table, dt, boxes):
     d1, d2 = take(data, a), take(data, b)
     analytic = sw.types in _analytic()
     touch = TOUCH if analytic else 0.0
-    dist, pos, frame, valid = _narrow(m, d, table[sw.types][0], sw.k, ga, gb, d1, d2,
+    dist, pos, frame, valid, _ = _narrow(m, d, table[sw.types][0], sw.k, ga, gb, d1, d2,
                                       margin + gap + touch, dt,
                                       live if _sparse(m, analytic, sw.cap2) else None,
                                       chunk_div=8 if analytic else _CHUNK_DIV_ITERATIVE)

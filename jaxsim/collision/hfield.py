@@ -6,7 +6,9 @@ MuJoCo works in the height field's frame. The other geom's axis-aligned bounding
 it covers; each cell is split into two triangles along its diagonal, and each triangle,
 extruded down to the base (z = -size[3]), is a triangular prism that is collided with the
 geom as a convex body: one contact per prism whose signed distance to the geom is below
-the margin, in the order rows, columns, triangles, up to mjMAXCONPAIR (50) contacts.
+the margin, in the order rows, columns, triangles, up to mjMAXCONPAIR (50) contacts (a
+pair has `Model.hfield_nslot` slots, fewer when its partner can only cover fewer prisms:
+see `slots`).
 Contacts are reported as MuJoCo 4.0 does: `dist` the signed distance between the prism and
 the geom (minus the penetration depth in penetration), `pos` halfway between the two
 witness points, `normal` from the prism to the geom.
@@ -51,6 +53,7 @@ normals (envelope theorem), so `grad` never goes through the loop.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -164,6 +167,26 @@ def _window(model, ids, nrow, ncol) -> tuple[int, int]:
     wr = np.minimum(nrow - 1, np.floor(span / dy) + 2).max()
     wc = np.minimum(ncol - 1, np.floor(span / dx) + 2).max()
     return int(max(wr, 1)), int(max(wc, 1))
+
+
+def slots(model) -> int:
+    """Contact slots per height-field pair (`Model.hfield_nslot`, set by the compiler): at
+    most two per cell that the bounding box of a geom that can touch the field covers,
+    grown by the margin, and at most mjMAXCONPAIR. A foot on a fine terrain covers a few
+    cells (the MJX barkour's spheres: 2 x 2 cells, 8 slots instead of 50, which every
+    stage after the collision pays for). A pair that finds more (a geom or margin made
+    larger, or a field made finer, after compiling) keeps the first ones in MuJoCo's order
+    and sets `state.overflow`."""
+    if not model.nhfield:
+        return MAXCONPAIR
+    nrow = np.asarray(model.hfield_nrow, np.int64)
+    ncol = np.asarray(model.hfield_ncol, np.int64)
+    most = 0
+    for h in range(model.nhfield):
+        ids = np.array([h])
+        wr, wc = _window(model, ids, nrow[ids], ncol[ids])
+        most = max(most, 2 * wr * wc)
+    return int(min(MAXCONPAIR, max(most, 1)))
 
 
 def hfield_data(model, hfield_ids) -> HFieldData:
@@ -733,7 +756,7 @@ def _prisms(elev, size, nrow, ncol, r, c, i):
     return jnp.concatenate([bottom, top], -2)
 
 
-def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
+def _collide(t: int, g1: Geom, g2: Geom, margin, nslot: int = MAXCONPAIR) -> Contacts:
     hd: HFieldData = g1.data
     dt = jnp.result_type(g1.pos, g2.pos, float)
     margin = jnp.asarray(margin, dt)
@@ -825,7 +848,7 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
             n2 = jnp.where(zero, dn, n2)
         valid = (slot_k < nlive) & (d2 < ms)
         rank = count + jnp.cumsum(valid, dtype=jnp.int32) - 1
-        slot = jnp.where(valid & (rank < MAXCONPAIR), rank, MAXCONPAIR)
+        slot = jnp.where(valid & (rank < nslot), rank, nslot)
         put = lambda buf, x: buf.at[slot].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
         done = off + kp >= nlive
         return (j + done.astype(jnp.int32), jnp.where(done, 0, off + kp).astype(jnp.int32),
@@ -836,7 +859,7 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
         j, count = st[0], st[2]
         return (j * nb < ncells) & (count < MAXCONPAIR)
 
-    k = MAXCONPAIR
+    k = nslot  # the scan still stops at MAXCONPAIR: more than nslot is an overflow
     init = (jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32),
             jnp.zeros(k, jnp.int32), jnp.zeros(k, dt),
             jnp.tile(jnp.array([0.0, 0.0, 1.0], dt), (k, 1)), jnp.zeros((k, 3), dt))
@@ -855,16 +878,24 @@ def _collide(t: int, g1: Geom, g2: Geom, margin) -> Contacts:
         pos = jnp.where(zero, ext + (pos - lax.stop_gradient(pos)), pos)
     dist = jnp.where(ok, dist, 0.0)
     pos = jnp.where(ok[:, None], pos, 0.0) @ r1.T + pos1
-    return Contacts(dist, pos, nrm @ r1.T, jnp.zeros_like(pos), ok)
+    over = None if nslot >= MAXCONPAIR else count > nslot
+    return Contacts(dist, pos, nrm @ r1.T, jnp.zeros_like(pos), ok, over)
 
 
-def _make(t: int):
+@functools.cache
+def _make(t: int, nslot: int):
     def fn(g1: Geom, g2: Geom, margin) -> Contacts:
-        return _collide(t, g1, g2, margin)
+        return _collide(t, g1, g2, margin, nslot)
 
     fn.__name__ = f"hfield_{GeomType(t).name.lower()}"
     return fn
 
 
-FUNCTIONS = {(HFIELD, t): (_make(t), MAXCONPAIR)
-             for t in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH)}
+def functions(nslot: int = MAXCONPAIR) -> dict:
+    """(HFIELD, type) -> (fn, slots per pair) for `nslot` slots (`Model.hfield_nslot`)."""
+    k = int(min(max(nslot, 1), MAXCONPAIR))
+    return {(HFIELD, t): (_make(t, k), k)
+            for t in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH)}
+
+
+FUNCTIONS = functions()

@@ -349,6 +349,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     import jax.numpy as jnp
 
     from jaxsim import constants, hostnp
+    from jaxsim.collision import hfield
 
     out = ctx.out
     _sleep_policy(ctx)
@@ -363,7 +364,8 @@ def _finish(ctx: Ctx, dtype) -> Model:
     info = Model.field_info()
     fields: dict = {}
     for name, meta in info.items():
-        if name in ("opt", "names", "model_name", "text_data", "flex_where", "ncompact") or (
+        if name in ("opt", "names", "model_name", "text_data", "flex_where", "ncompact",
+                    "hfield_nslot") or (
                 name in sizes):
             continue
         shape = shape_of(meta["shape"], sizes)
@@ -382,6 +384,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     fields["names"] = tuple(tuple(ctx.names[int(t)]) for t in ObjType)
     fields["model_name"] = ctx.model_name
     fields["ncompact"] = -1  # the compact constraint problem: automatic (forward.fwd_constraint)
+    fields["hfield_nslot"] = hfield.MAXCONPAIR  # set below, from the geoms' sizes
     fields["text_data"] = tuple(out.get("text_data", ()))
     fields["flex_where"] = tuple(out.get("flex_where", ()))
     # derived constants in float64, whatever the user's dtype. set_const is JAX code; run
@@ -404,6 +407,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
         for hook in ctx.post_const:
             model = hook(model)
         model = _apply_statistic(ctx, model)
+        model = model.replace(hfield_nslot=hfield.slots(model))
     if ctx.lengthrange_sim:
         model = _simulated_lengthrange(ctx, model)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.float32
