@@ -218,18 +218,53 @@ def hfield_data(model, hfield_ids) -> HFieldData:
 # ------------------------------------------------------------------------ small helpers
 
 
+def _sum(x):
+    """Sum over a short last axis, written out: XLA:CPU hands short reductions and products
+    to a library (YNNPACK) whose calls cost far more than the arithmetic here (the MJX
+    barkour's collider: 35 of 54 ms per step at batch 1024; docs/performance.md)."""
+    if x.shape[-1] > 8:
+        return jnp.sum(x, -1)
+    out = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        out = out + x[..., i]
+    return out
+
+
+def _max(x):
+    """Maximum over a short last axis, written out (see _sum)."""
+    if x.shape[-1] > 16:
+        return jnp.max(x, -1)
+    out = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        out = jnp.maximum(out, x[..., i])
+    return out
+
+
+def _mv(x, m):
+    """x (..., k) @ m (k, n) for a short k, written out (see _sum)."""
+    out = x[..., 0, None] * m[0]
+    for i in range(1, m.shape[0]):
+        out = out + x[..., i, None] * m[i]
+    return out
+
+
+def _dots(a, b):
+    """a (..., A, 3) . b (..., B, 3) -> (..., A, B), written out (see _sum)."""
+    return _sum(a[..., :, None, :] * b[..., None, :, :])
+
+
 def _dot(a, b):
-    return jnp.sum(a * b, -1)
+    return _sum(a * b)
 
 
 def _len(v):
     """|v| along the last axis, with finite gradients at 0."""
-    return jnp.sqrt(jnp.maximum(jnp.sum(v * v, -1), _tiny(v.dtype)))
+    return jnp.sqrt(jnp.maximum(_sum(v * v), _tiny(v.dtype)))
 
 
 def _unit(v):
     """v / |v| along the last axis; (0, 0, 1) (or (1, 0)) for a zero vector."""
-    n2 = jnp.sum(v * v, -1, keepdims=True)
+    n2 = _sum(v * v)[..., None]
     ok = n2 > _tiny(v.dtype)
     alt = jnp.zeros(v.shape[-1], v.dtype).at[-1].set(1.0)
     return jnp.where(ok, v / jnp.sqrt(jnp.where(ok, n2, 1.0)), alt)
@@ -255,8 +290,8 @@ class _G(NamedTuple):
 
 def _hsup(t: int, g: _G, m):
     """Support function h_G(m) = max over G of x . m for directions m (..., 3)."""
-    base = m @ g.pos
-    lm = m @ g.mat
+    base = _dot(m, g.pos)
+    lm = _mv(m, g.mat)
     s = g.size
     if t == SPHERE:
         return base + s[0] * _len(m)
@@ -267,7 +302,7 @@ def _hsup(t: int, g: _G, m):
     if t == CYLINDER:
         return base + s[0] * _len(lm[..., :2]) + s[1] * jnp.abs(lm[..., 2])
     if t == BOX:
-        return base + jnp.sum(s * jnp.abs(lm), -1)
+        return base + _sum(s * jnp.abs(lm))
     return base + jnp.max(lm @ g.vert.T, -1)
 
 
@@ -683,7 +718,7 @@ def _witness(t: int, v, g: _G, data, n, dist, tol):
 def _search(t: int, v, g: _G, data):
     """Signed distance and unit normal (prism to geom) of one prism (stopped inputs)."""
     cand = _unit(_candidates(t, v, g, data))
-    f = jnp.max(cand @ v.T, -1) + _hsup(t, g, -cand)
+    f = _max(_dots(cand, v)) + _hsup(t, g, -cand)
     i = jnp.argmin(f)
     return -f[i], cand[i]
 
@@ -691,7 +726,7 @@ def _search(t: int, v, g: _G, data):
 def _evaluate(t: int, v, g: _G, data, n):
     """Signed distance along the frozen normal n, and the contact position (with gradients
     through the prism v and the geom g)."""
-    dist = -(jnp.max(v @ n) + _hsup(t, g, -n))
+    dist = -(_max(_dot(v, n)) + _hsup(t, g, -n))
     scale = lax.stop_gradient(jnp.max(jnp.abs(v)) + _rbound(t, g.size, g.vert))
     # ties within rounding: mesh vertices are single precision
     tol = (1e-6 if t == MESH else 1e-9) * scale
@@ -825,9 +860,9 @@ def _collide(t: int, g1: Geom, g2: Geom, margin, nslot: int = MAXCONPAIR) -> Con
         # unit n the distance is at least -(h_P(n) + h_G(-n))
         axes = jnp.broadcast_to(_both(gs.mat.T), (v.shape[0], 6, 3))
         dirs = jnp.concatenate([jax.vmap(_prism_faces)(v), axes], 1)  # (2B, 11, 3)
-        gap = -(jnp.max(jnp.einsum("pfi,pvi->pfv", dirs, v), -1) + _hsup(t, gs, -dirs))
-        live = ((jnp.repeat(k, 2) < ncells) & (jnp.max(v[:, 3:, 2], -1) + ms >= lo[2])
-                & jnp.all(gap < ms, -1))
+        gap = -(_max(_dots(dirs, v)) + _hsup(t, gs, -dirs))
+        live = ((jnp.repeat(k, 2) < ncells) & (_max(v[:, 3:, 2]) + ms >= lo[2])
+                & (_max(gap) < ms))
         return v, 2 * jnp.repeat(k, 2) + ii, live
 
     def body(st):
@@ -877,9 +912,9 @@ def _collide(t: int, g1: Geom, g2: Geom, margin, nslot: int = MAXCONPAIR) -> Con
         dist = jnp.where(zero, sdist + (dist - lax.stop_gradient(dist)), dist)
         pos = jnp.where(zero, ext + (pos - lax.stop_gradient(pos)), pos)
     dist = jnp.where(ok, dist, 0.0)
-    pos = jnp.where(ok[:, None], pos, 0.0) @ r1.T + pos1
+    pos = _mv(jnp.where(ok[:, None], pos, 0.0), r1.T) + pos1
     over = None if nslot >= MAXCONPAIR else count > nslot
-    return Contacts(dist, pos, nrm @ r1.T, jnp.zeros_like(pos), ok, over)
+    return Contacts(dist, pos, _mv(nrm, r1.T), jnp.zeros_like(pos), ok, over)
 
 
 @functools.cache
