@@ -151,10 +151,10 @@ class Model(Struct):
     njmax: int = static("()", "constraint row cap from <size> (-1: automatic)")
     ncompact: int = static("()", "contact slots of the compact constraint problem: -1 automatic, 0 "
                            "off (a jaxsim performance option, see forward.fwd_constraint)")
-    hfield_nslot: int = static("()", "contact slots per height-field pair: mjMAXCONPAIR (50), fewer "
-                               "when no geom that can touch a height field covers the cells "
-                               "for as many (computed by the compiler, see "
-                               "collision.hfield.slots; more contacts set state.overflow)")
+    hfield_nslot: tuple = static("(ngeom,)", "contact slots of each geom's pairs with height fields: "
+                                 "mjMAXCONPAIR (50), fewer for a geom that cannot cover the "
+                                 "cells for as many (set by the compiler, see "
+                                 "collision.hfield.slots; more contacts set state.overflow)")
     nflex: int = static("()", "number of flex objects")
     nflexvert: int = static("()", "number of vertices in all flexes")
     nflexedge: int = static("()", "number of edges in all flexes")

@@ -77,7 +77,7 @@ def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
         "text_data": text,
         "flex_where": tuple("" for _ in range(m.nflex)),
         "ncompact": -1,  # a jaxsim option (automatic by default)
-        "hfield_nslot": hfield.MAXCONPAIR,  # as the compiler sets it, below
+        "hfield_nslot": (hfield.MAXCONPAIR,) * m.ngeom,  # as the compiler sets it, below
         "flex_haspassive": ((m.flex_edgestiffness != 0) | (m.flex_edgedamping != 0)).astype(int),
         "stat_meaninertia": jnp.asarray(m.stat.meaninertia, dtype),
         "stat_meanmass": jnp.asarray(m.stat.meanmass, dtype),

@@ -469,10 +469,13 @@ def test_slots_per_pair_from_the_cells_a_geom_covers():
     elev = " ".join(f"{e:.3f}" for e in 0.3 + 0.1 * rng.uniform(size=nrow * ncol))
     xml = f"""<mujoco><asset><hfield name="h" nrow="{nrow}" ncol="{ncol}" size="1 .8 .2 .1"
       elevation="{elev}"/></asset><worldbody><geom type="hfield" hfield="h" margin=".005"/>
-      <body><freejoint/><geom type="sphere" size=".03"/></body></worldbody></mujoco>"""
+      <body><freejoint/><geom type="sphere" size=".03"/></body>
+      <body pos="5 5 1"><freejoint/><geom type="box" size=".2 .1 .1"/></body>
+      </worldbody></mujoco>"""
     m = mujoco.MjModel.from_xml_string(xml)
     model = jaxsim.load_string(xml, dtype=jnp.float64)
-    assert model.hfield_nslot < hfield.MAXCONPAIR
+    # per geom: the box that can touch the field too keeps mjMAXCONPAIR, the sphere 8
+    assert model.hfield_nslot == (hfield.MAXCONPAIR, 8, hfield.MAXCONPAIR)
     dx, dy = 2.0 / (ncol - 1), 1.6 / (nrow - 1)
     fwd = jax.jit(jaxsim.forward)
     st = jaxsim.make_state(model)
@@ -486,7 +489,7 @@ def test_slots_per_pair_from_the_cells_a_geom_covers():
         out = fwd(mdl, st.replace(qpos=jnp.asarray(d.qpos)))
         c = out.contact
         act = np.asarray(c.active)
-        n = min(d.ncon, mdl.hfield_nslot)
+        n = min(d.ncon, mdl.hfield_nslot[1])
         assert mdl is not model or d.ncon <= n, (x, y, d.ncon)
         assert act.sum() == n and bool(out.overflow) == (d.ncon > n), (x, y, d.ncon)
         if not close:  # MuJoCo's EPA far from the exact contacts (a deep centre, or one on
@@ -510,9 +513,9 @@ def test_slots_per_pair_from_the_cells_a_geom_covers():
         counts.append(check(m, model, x, y, rng.uniform(0.0, 0.03), close=i >= 8))
     # the bound is two prisms per cell of the bounding box (2 x 2 cells here); a sphere
     # reaches at most 7 of those 8 prisms (two lie across the cells' diagonals)
-    assert model.hfield_nslot == 8 and max(counts) == 7, counts
+    assert max(counts) == 7, counts
 
     m.geom_size[1, 0] = 0.09
     big = model.replace(geom_size=model.geom_size.at[1, 0].set(0.09),
                         geom_rbound=model.geom_rbound.at[1].set(0.09))
-    assert check(m, big, 0.013, -0.02, 0.05, close=False) > model.hfield_nslot
+    assert check(m, big, 0.013, -0.02, 0.05, close=False) > model.hfield_nslot[1]

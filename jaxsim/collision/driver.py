@@ -54,7 +54,7 @@ def _functions(m: Model | None = None) -> dict:
     table.update(primitive.FUNCTIONS)
     table.update(box.FUNCTIONS)
     table.update(convex.FUNCTIONS if m is None else convex.functions(m.opt))
-    table.update(hfield.FUNCTIONS if m is None else hfield.functions(m.hfield_nslot))
+    table.update(hfield.FUNCTIONS)
     return table
 
 
@@ -281,16 +281,19 @@ def plan(m: Model, nconmax: int | None = None) -> Plan:
         sweeps.append(Sweep(types, table[types][1], geoms, cap1, cap2))
         g1, g2, ip, t1, t2 = g1[~sel], g2[~sel], ip[~sel], t1[~sel], t2[~sel]
 
-    # slots: pairs in MuJoCo order, K slots each
+    # slots: pairs in MuJoCo order, K slots each (a height field's pair: its partner's)
     ks = np.array([table[(int(a), int(b))][1] for a, b in zip(t1, t2, strict=True)], np.int64)
+    hf = t1 == GeomType.HFIELD
+    if hf.any():
+        ks = np.where(hf, np.minimum(ks, np.asarray(m.hfield_nslot, np.int64)[g2]), ks)
     start = np.concatenate([[0], np.cumsum(ks)]).astype(np.int64)
     groups = []
     merge = _merged_types(table, t1, t2)
-    for types in sorted(set(zip(t1.tolist(), t2.tolist(), strict=True))):
+    for types, k in sorted({((a, b), c) for a, b, c in
+                            zip(t1.tolist(), t2.tolist(), ks.tolist(), strict=True)}):
         if types in merge:
             continue
-        sel = np.nonzero((t1 == types[0]) & (t2 == types[1]))[0]
-        k = table[types][1]
+        sel = np.nonzero((t1 == types[0]) & (t2 == types[1]) & (ks == k))[0]
         slot = start[sel][:, None] + np.arange(k)[None, :]
         groups.append(Group(types, k, g1[sel], g2[sel], ip[sel], sel, slot))
     for k in sorted(set(merge.values())):
@@ -580,7 +583,12 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes):
         else:
             analytic = grp.types in _analytic()
             touch = TOUCH if analytic else 0.0
-            out = _narrow(m, d, table[grp.types][0], grp.k, grp.geom1, grp.geom2,
+            fn = table[grp.types][0]
+            if grp.types[0] == GeomType.HFIELD:
+                from jaxsim.collision import hfield
+
+                fn = hfield.function(grp.types[1], grp.k)
+            out = _narrow(m, d, fn, grp.k, grp.geom1, grp.geom2,
                           _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
                           (margin + gap)[idx] + touch, dt,
                           keep[idx] if _sparse(m, analytic, len(idx), grp.geom1, grp.geom2)

@@ -7,8 +7,8 @@ it covers; each cell is split into two triangles along its diagonal, and each tr
 extruded down to the base (z = -size[3]), is a triangular prism that is collided with the
 geom as a convex body: one contact per prism whose signed distance to the geom is below
 the margin, in the order rows, columns, triangles, up to mjMAXCONPAIR (50) contacts (a
-pair has `Model.hfield_nslot` slots, fewer when its partner can only cover fewer prisms:
-see `slots`).
+pair has `Model.hfield_nslot` of its partner geom slots, fewer when that geom can only
+cover fewer prisms: see `slots`).
 Contacts are reported as MuJoCo 4.0 does: `dist` the signed distance between the prism and
 the geom (minus the penetration depth in penetration), `pos` halfway between the two
 witness points, `normal` from the prism to the geom.
@@ -113,22 +113,21 @@ class HFieldData(NamedTuple):
 # ---------------------------------------------------------------------------- host data
 
 
-def _partner_reach(model, hids: np.ndarray):
-    """Largest bounding radius plus margin (and gap) of the geoms that can collide with
-    these height fields, or None when unknown (traced values, no partners)."""
+def _pair_reach(model):
+    """(height field geoms, partner geoms, bounding radius plus margin and gap of the
+    partner) of the candidate pairs with a height field; None when unknown (traced values,
+    or not a jaxsim Model)."""
     rb = hostnp.concrete(model.geom_rbound)
     gm, gg = hostnp.concrete(model.geom_margin), hostnp.concrete(model.geom_gap)
     if rb is None or gm is None or gg is None:
         return None
     rb, gm, gg = (np.asarray(x, np.float64) for x in (rb, gm, gg))
     gtype = np.asarray(model.geom_type)
-    dataid = np.asarray(model.geom_dataid)
     try:
         from jaxsim.collision import driver
 
         g1, g2, ip = driver.candidate_pairs(model)
-        sel = (gtype[g1] == HFIELD) & np.isin(dataid[g1], hids)
-        sel &= (gtype[g2] >= SPHERE) & (gtype[g2] <= MESH)
+        sel = (gtype[g1] == HFIELD) & (gtype[g2] >= SPHERE) & (gtype[g2] <= MESH)
         g1, g2, ip = g1[sel], g2[sel], ip[sel]
         margin = gm[g1] + gm[g2] + gg[g1] + gg[g2]
         if np.any(ip >= 0):
@@ -144,12 +143,42 @@ def _partner_reach(model, hids: np.ndarray):
             if om is None:
                 return None
             margin = np.maximum(margin, float(om) + gg[g1] + gg[g2])
-    except Exception:  # e.g. a mujoco.MjModel: every geom that can touch a height field
-        g2 = np.nonzero((gtype >= SPHERE) & (gtype <= MESH))[0]
-        margin = np.full(len(g2), 2 * gm.max(initial=0) + 2 * gg.max(initial=0))
-    if len(g2) == 0:
+    except Exception:  # e.g. a mujoco.MjModel
         return None
-    return float(np.max(rb[g2] + np.maximum(margin, 0)))
+    return g1, g2, rb[g2] + np.maximum(margin, 0)
+
+
+def _partner_reach(model, hids: np.ndarray):
+    """Largest bounding radius plus margin (and gap) of the geoms that can collide with
+    these height fields, or None when unknown (traced values, no partners)."""
+    pr = _pair_reach(model)
+    if pr is None:  # e.g. a mujoco.MjModel: every geom that can touch a height field
+        rb = hostnp.concrete(model.geom_rbound)
+        gm, gg = hostnp.concrete(model.geom_margin), hostnp.concrete(model.geom_gap)
+        if rb is None or gm is None or gg is None:
+            return None
+        gtype = np.asarray(model.geom_type)
+        g2 = np.nonzero((gtype >= SPHERE) & (gtype <= MESH))[0]
+        reach = np.asarray(rb, np.float64)[g2] + 2 * max(
+            np.max(gm, initial=0), 0) + 2 * np.max(gg, initial=0)
+    else:
+        g1, _, reach = pr
+        reach = reach[np.isin(np.asarray(model.geom_dataid)[g1], hids)]
+    if len(reach) == 0:
+        return None
+    return float(np.max(reach))
+
+
+def _cells(reach, hsize, nrow, ncol):
+    """Most rows and columns of cells (arrays, one per height field) that a bounding box of
+    half size `reach` can cover."""
+    dx = 2 * hsize[:, 0] / (ncol - 1)
+    dy = 2 * hsize[:, 1] / (nrow - 1)
+    # cmax - cmin <= ceil(span / dx) + 1 for a box of half size rbound + margin
+    span = 2 * reach * (1 + 1e-6) + 1e-9
+    wr = np.minimum(nrow - 1, np.floor(span / dy) + 2)
+    wc = np.minimum(ncol - 1, np.floor(span / dx) + 2)
+    return np.maximum(wr, 1).astype(np.int64), np.maximum(wc, 1).astype(np.int64)
 
 
 def _window(model, ids, nrow, ncol) -> tuple[int, int]:
@@ -159,34 +188,33 @@ def _window(model, ids, nrow, ncol) -> tuple[int, int]:
     reach = _partner_reach(model, ids)
     if hsize is None or reach is None:
         return full
-    hsize = np.asarray(hsize, np.float64).reshape(-1, 4)[ids]
-    dx = 2 * hsize[:, 0] / (ncol - 1)
-    dy = 2 * hsize[:, 1] / (nrow - 1)
-    # cmax - cmin <= ceil(span / dx) + 1 for a box of half size rbound + margin
-    span = 2 * reach * (1 + 1e-6) + 1e-9
-    wr = np.minimum(nrow - 1, np.floor(span / dy) + 2).max()
-    wc = np.minimum(ncol - 1, np.floor(span / dx) + 2).max()
-    return int(max(wr, 1)), int(max(wc, 1))
+    wr, wc = _cells(reach, np.asarray(hsize, np.float64).reshape(-1, 4)[ids], nrow, ncol)
+    return int(wr.max()), int(wc.max())
 
 
-def slots(model) -> int:
-    """Contact slots per height-field pair (`Model.hfield_nslot`, set by the compiler): at
-    most two per cell that the bounding box of a geom that can touch the field covers,
-    grown by the margin, and at most mjMAXCONPAIR. A foot on a fine terrain covers a few
-    cells (the MJX barkour's spheres: 2 x 2 cells, 8 slots instead of 50, which every
-    stage after the collision pays for). A pair that finds more (a geom or margin made
-    larger, or a field made finer, after compiling) keeps the first ones in MuJoCo's order
-    and sets `state.overflow`."""
-    if not model.nhfield:
-        return MAXCONPAIR
-    nrow = np.asarray(model.hfield_nrow, np.int64)
-    ncol = np.asarray(model.hfield_ncol, np.int64)
-    most = 0
-    for h in range(model.nhfield):
-        ids = np.array([h])
-        wr, wc = _window(model, ids, nrow[ids], ncol[ids])
-        most = max(most, 2 * wr * wc)
-    return int(min(MAXCONPAIR, max(most, 1)))
+def slots(model) -> tuple:
+    """Contact slots of each geom's pairs with height fields (`Model.hfield_nslot`, one per
+    geom, set by the compiler): two per cell that the geom's bounding box, grown by the
+    margin, can cover, at most mjMAXCONPAIR (which geoms that touch no height field keep).
+    A foot on a fine terrain covers a few cells (the MJX barkour's spheres: 2 x 2 cells, 8
+    slots instead of 50, which every stage after the collision pays for); a robot's body
+    that can touch the terrain too gets its own bound. A pair that finds more (a geom or a
+    margin made larger, or a field made finer, after compiling) keeps the first ones in
+    MuJoCo's order and sets `state.overflow`."""
+    out = np.full(model.ngeom, MAXCONPAIR, np.int64)
+    pr = _pair_reach(model) if model.nhfield else None
+    hsize = hostnp.concrete(model.hfield_size)
+    if pr is None or hsize is None or len(pr[0]) == 0:
+        return tuple(int(x) for x in out)
+    g1, g2, reach = pr
+    hid = np.asarray(model.geom_dataid)[g1]
+    nrow = np.asarray(model.hfield_nrow, np.int64)[hid]
+    ncol = np.asarray(model.hfield_ncol, np.int64)[hid]
+    wr, wc = _cells(reach, np.asarray(hsize, np.float64).reshape(-1, 4)[hid], nrow, ncol)
+    most = np.zeros(model.ngeom, np.int64)
+    np.maximum.at(most, g2, 2 * wr * wc)
+    out[g2] = np.minimum(most[g2], MAXCONPAIR)
+    return tuple(int(x) for x in out)
 
 
 def hfield_data(model, hfield_ids) -> HFieldData:
@@ -926,11 +954,10 @@ def _make(t: int, nslot: int):
     return fn
 
 
-def functions(nslot: int = MAXCONPAIR) -> dict:
-    """(HFIELD, type) -> (fn, slots per pair) for `nslot` slots (`Model.hfield_nslot`)."""
-    k = int(min(max(nslot, 1), MAXCONPAIR))
-    return {(HFIELD, t): (_make(t, k), k)
-            for t in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH)}
+FUNCTIONS = {(HFIELD, t): (_make(t, MAXCONPAIR), MAXCONPAIR)
+             for t in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH)}
 
 
-FUNCTIONS = functions()
+def function(t: int, nslot: int):
+    """The collider of a height field with geom type t, for pairs of `nslot` slots."""
+    return _make(t, int(min(max(nslot, 1), MAXCONPAIR)))

@@ -384,7 +384,7 @@ def _finish(ctx: Ctx, dtype) -> Model:
     fields["names"] = tuple(tuple(ctx.names[int(t)]) for t in ObjType)
     fields["model_name"] = ctx.model_name
     fields["ncompact"] = -1  # the compact constraint problem: automatic (forward.fwd_constraint)
-    fields["hfield_nslot"] = hfield.MAXCONPAIR  # set below, from the geoms' sizes
+    fields["hfield_nslot"] = (hfield.MAXCONPAIR,) * int(out["ngeom"])  # set below, by size
     fields["text_data"] = tuple(out.get("text_data", ()))
     fields["flex_where"] = tuple(out.get("flex_where", ()))
     # derived constants in float64, whatever the user's dtype. set_const is JAX code; run
