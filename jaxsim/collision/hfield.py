@@ -249,7 +249,8 @@ def hfield_data(model, hfield_ids) -> HFieldData:
 def _sum(x):
     """Sum over a short last axis, written out: XLA:CPU hands short reductions and products
     to a library (YNNPACK) whose calls cost far more than the arithmetic here (the MJX
-    barkour's collider: 35 of 54 ms per step at batch 1024; docs/performance.md)."""
+    barkour at batch 1024: the three largest took 33 of the collider's 62 ms per step;
+    docs/performance.md)."""
     if x.shape[-1] > 8:
         return jnp.sum(x, -1)
     out = x[..., 0]
