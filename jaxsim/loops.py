@@ -439,8 +439,11 @@ def masked_map(f, mask, items, shared=(), chunk_div: int = 8):
             lambda v, b, cyc: v if cyc else (v if b else jnp.broadcast_to(
                 v, (axis_size,) + v.shape)).reshape((axis_size * n,) + v.shape[2 if b else 1:]),
             items, ib, period)
-        out = _chunked_map(g, mask, items, sh, max(1, -(-(axis_size * n) // chunk_div)),
-                           period)
+        if any(jax.tree.leaves(period)):
+            out = _chunked_map(g, mask, items, sh, max(1, -(-(axis_size * n) // chunk_div)),
+                               period)
+        else:  # the flat rows again: an outer vmap (a map nested in another) flattens on
+            out = _custom_batched(sparse, rule, mask, items, sh)
         out = jax.tree.map(lambda v: v.reshape((axis_size, n) + v.shape[1:]), out)
         return out, jax.tree.map(lambda _: True, out)
 
