@@ -189,8 +189,17 @@ def test_masked_map_values_and_derivatives(batched_mask):
     def one(f):  # one world
         return lambda x, y, mk: f(x[0], y[0], mk if ax is None else mk[0])
 
+    def two(f):  # worlds of 5 x 6 (a map nested in two vmaps: its rows flattened twice)
+        def g(x, y, mk):
+            sh3 = lambda a: a.reshape((5, 6) + a.shape[1:])  # noqa: E731
+            out = jax.vmap(jax.vmap(f, in_axes=(0, 0, ax)), in_axes=(0, 0, ax))(
+                sh3(x), sh3(y), mk if ax is None else sh3(mk))
+            return jax.tree.map(lambda o: o.reshape((30,) + o.shape[2:]), out)
+        return g
+
     cases = [(one(ours), one(dense)),
-             (jax.vmap(ours, in_axes=(0, 0, ax)), jax.vmap(dense, in_axes=(0, 0, ax)))]
+             (jax.vmap(ours, in_axes=(0, 0, ax)), jax.vmap(dense, in_axes=(0, 0, ax))),
+             (two(ours), two(dense))]
     for fn, ref_fn in cases:
         a, r = jax.jit(fn)(x, y, mask), jax.jit(ref_fn)(x, y, mask)
         for u, v in zip(a, r, strict=True):

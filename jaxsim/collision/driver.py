@@ -475,9 +475,12 @@ class _Slots(NamedTuple):
 # analytic groups with at least this many pairs evaluate only the pairs that pass the
 # bounding filters (jaxsim.loops.masked_map); smaller ones evaluate every pair
 _SPARSE_MIN = 16
-# ... in chunks of 1/8 of the rows (batched: of all the worlds' rows); the iterative groups
-# in halves (the MJX barkour's feet through the map: 6.6-7.8k steps/s at 2, 7.0-7.2k at 8)
-_CHUNK_DIV_ITERATIVE = 2
+# ... in chunks of 1/8 of the rows (batched: of all the worlds' rows), the iterative groups
+# too: a trip runs GJK and EPA to the slowest row of its chunk, so a chunk much larger than
+# the rows that pass costs more than its share (at batch 1024: models/terrain.xml's
+# ellipsoid against seven geoms, one pair in bounds, 95 ms in halves, 23 in eighths; the
+# bundled quadruped 20.0-20.8k -> 22.7-24.1k steps/s; the MJX barkour the same)
+_CHUNK_DIV_ITERATIVE = 8
 
 
 def _sparse(m: Model, analytic: bool, npair: int, g1=None, g2=None) -> bool:
