@@ -47,7 +47,9 @@ seen or 50 contacts are found. Of a chunk's 2B prisms, those the geom lies beyon
 margin) along a prism face normal or one of the geom's axes cannot touch it (the distance
 is at least the separation along any direction) and are skipped; the others are searched
 PRISMS at a time, in order. The scan runs on stopped values and keeps, per contact, its
-prism and normal. The contacts are then evaluated again with gradients at those frozen
+prism and normal. Where MuJoCo's CCD gives the contacts (MATCH_DISCRETE), it runs after
+the scan on the prisms the scan found (`_discrete_after`), once per contact (a mesh's still
+in the scan). The contacts are then evaluated again with gradients at those frozen
 normals (envelope theorem), so `grad` never goes through the loop.
 """
 
