@@ -22,7 +22,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import jaxsim  # noqa: E402
-from jaxsim.collision import driver, hfield  # noqa: E402
+from jaxsim.collision import driver  # noqa: E402
 
 
 def _group_fn(m, p, grp, dt):
@@ -32,22 +32,7 @@ def _group_fn(m, p, grp, dt):
 
     def run(d):
         keep = driver._sphere_filter(m, d, p.geom1, p.geom2, margin + gap + driver.TOUCH)
-        if grp.merged:
-            sparse = driver._sparse(m, False, len(idx), grp.geom1, grp.geom2)
-            out = driver._merged_call(m, d, grp, (margin + gap)[idx], dt,
-                                      keep[idx] if sparse else None)
-        else:
-            analytic = grp.types in driver._analytic()
-            fn = table[grp.types][0]
-            if grp.types[0] == 1:
-                fn = hfield.function(grp.types[1], grp.k)
-            sparse = driver._sparse(m, analytic, len(idx), grp.geom1, grp.geom2)
-            out = driver._narrow(
-                m, d, fn, grp.k, grp.geom1, grp.geom2, driver._geom_data(m, grp.geom1),
-                driver._geom_data(m, grp.geom2),
-                (margin + gap)[idx] + (driver.TOUCH if analytic else 0.0), dt,
-                keep[idx] if sparse else None,
-                chunk_div=8 if analytic else driver._CHUNK_DIV_ITERATIVE)
+        out = driver.group_call(m, d, grp, (margin + gap)[idx], keep[idx], table, dt)
         return out[0], out[3] & jnp.repeat(keep[idx], grp.k)
 
     return run

@@ -566,6 +566,25 @@ def _merged_call(m: Model, d: State, grp: Group, bound, dt, keep=None):
                    types=types, chunk_div=_CHUNK_DIV_ITERATIVE)
 
 
+def group_call(m: Model, d: State, grp: Group, bound, keep, table, dt):
+    """The narrow phase of one group of the plan (`_narrow`'s results): `bound` its pairs'
+    margin + gap, `keep` whether they pass the bounding filters."""
+    if grp.merged:
+        sparse = _sparse(m, False, len(grp.pair), grp.geom1, grp.geom2)
+        return _merged_call(m, d, grp, bound, dt, keep if sparse else None)
+    analytic = grp.types in _analytic()
+    fn = table[grp.types][0]
+    if grp.types[0] == GeomType.HFIELD:
+        from jaxsim.collision import hfield
+
+        fn = hfield.function(grp.types[1], grp.k)
+    sparse = _sparse(m, analytic, len(grp.pair), grp.geom1, grp.geom2)
+    return _narrow(m, d, fn, grp.k, grp.geom1, grp.geom2, _geom_data(m, grp.geom1),
+                   _geom_data(m, grp.geom2), bound + (TOUCH if analytic else 0.0), dt,
+                   keep if sparse else None,
+                   chunk_div=8 if analytic else _CHUNK_DIV_ITERATIVE)
+
+
 def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes):
     """Narrow phase over the statically enumerated pairs, in MuJoCo's pair order: the
     _Slots (None without pairs) and whether a pair found more contacts than its slots."""
@@ -579,24 +598,7 @@ def _static_slots(m: Model, d: State, p: Plan, table, dt, boxes):
     parts, slots, pairs = [], [], []
     for grp in p.groups:
         idx = grp.pair
-        if grp.merged:
-            sparse = _sparse(m, False, len(idx), grp.geom1, grp.geom2)
-            out = _merged_call(m, d, grp, (margin + gap)[idx], dt,
-                               keep[idx] if sparse else None)
-        else:
-            analytic = grp.types in _analytic()
-            touch = TOUCH if analytic else 0.0
-            fn = table[grp.types][0]
-            if grp.types[0] == GeomType.HFIELD:
-                from jaxsim.collision import hfield
-
-                fn = hfield.function(grp.types[1], grp.k)
-            out = _narrow(m, d, fn, grp.k, grp.geom1, grp.geom2,
-                          _geom_data(m, grp.geom1), _geom_data(m, grp.geom2),
-                          (margin + gap)[idx] + touch, dt,
-                          keep[idx] if _sparse(m, analytic, len(idx), grp.geom1, grp.geom2)
-                          else None,
-                          chunk_div=8 if analytic else _CHUNK_DIV_ITERATIVE)
+        out = group_call(m, d, grp, (margin + gap)[idx], keep[idx], table, dt)
         valid = out[3] & jnp.repeat(keep[idx], grp.k)
         if out[4] is not None:
             over = over | jnp.any(out[4] & keep[idx])
