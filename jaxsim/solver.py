@@ -45,7 +45,8 @@ from jaxsim.efc import Efc
 from jaxsim.hessian import jdj
 from jaxsim.math import MINVAL
 from jaxsim.smooth import solve_m
-from jaxsim.types import Cone, ConstraintState, ConstraintType, DisableBit, Model, Solver, State
+from jaxsim.types import (Cone, ConstraintState, ConstraintType, DisableBit, EqType, Model, ObjType,
+                          Solver, State)
 
 _SAT = int(ConstraintState.SATISFIED)
 _QUAD = int(ConstraintState.QUADRATIC)
@@ -101,6 +102,11 @@ class _Problem(NamedTuple):
     # rows whose Jacobian is one entry (slide and hinge limits, dof friction loss): their
     # rows and dofs, and the other rows as (start, stop) runs (static; None: not known)
     unit: tuple | None = None
+    # the kinematic trees each row joins into an island (`_row_trees`): (nefc, 2) int32
+    # (-1: none), and (nefc,) bool for the rows whose trees are those their Jacobian touches
+    # (None: no such row; static)
+    rtree: jax.Array | None = None
+    rscan: jax.Array | None = None
 
 
 # ------------------------------------------------------------------------------ problem
@@ -143,6 +149,61 @@ def _unit_rows(m: Model, d: State, efc: Efc) -> tuple | None:
     edges = np.flatnonzero(np.diff(np.concatenate([[0], other.astype(np.int8), [0]])))
     runs = tuple(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
     return tuple(rows.tolist()), tuple(dofs.tolist()), runs
+
+
+def _row_trees(m: Model, d: State, efc: Efc):
+    """The trees each active row joins, as MuJoCo's mj_island takes them: a contact between
+    geoms, the trees of the geoms' bodies; a connect or weld equality, the trees of its
+    bodies; a dof friction loss or a joint limit, the dof's tree; every other row (joint and
+    tendon equalities and tendon rows, flex rows, flex contacts), the trees of the dofs its
+    Jacobian touches. The difference shows where a row's Jacobian is zero on a tree it
+    belongs to (a contact whose normal no dof can move, in a planar model): MuJoCo still
+    puts the row, and the cone it shares with the other rows of its contact, into that
+    tree's island. Returns ((nefc, 2) int32 trees, -1 for none; (nefc,) bool rows to scan,
+    or None for none)."""
+    from jaxsim import constraint
+
+    nefc = efc.J.shape[0]
+    plan = constraint.plan(m, d.contact.dist.shape[0])
+    if plan.nefc != nefc or not np.array_equal(np.asarray(plan.cadr),
+                                                np.asarray(efc.contact_adr)):
+        # rows not laid out by the plan: the Jacobian's trees for all
+        return jnp.full((nefc, 2), -1, jnp.int32), jnp.ones(nefc, bool)
+    bt = np.asarray(m.body_treeid, np.int64)
+    types, ids = constraint.fixed_row_objects(plan)
+    fixed = np.full((plan.nfixed, 2), -1, np.int64)
+    scan = np.zeros(plan.nfixed, bool)
+    flex_row = constraint.row_flex_edges(plan) >= 0
+    for r, (t, i) in enumerate(zip(types, ids, strict=True)):
+        if t == ConstraintType.FRICTION_DOF:
+            fixed[r, 0] = int(m.dof_treeid[i])
+        elif t == ConstraintType.LIMIT_JOINT:
+            fixed[r, 0] = bt[int(m.jnt_bodyid[i])]
+        elif (t == ConstraintType.EQUALITY and not flex_row[r]
+              and int(m.eq_type[i]) in (EqType.CONNECT, EqType.WELD)):
+            b1, b2 = int(m.eq_obj1id[i]), int(m.eq_obj2id[i])
+            if int(m.eq_objtype[i]) == ObjType.SITE:
+                b1, b2 = int(m.site_bodyid[b1]), int(m.site_bodyid[b2])
+            fixed[r] = bt[b1], bt[b2]
+        else:
+            scan[r] = True
+    trees = [jnp.asarray(fixed, jnp.int32)]
+    scans = [jnp.asarray(scan)]
+    if nefc > plan.nfixed:
+        from jaxsim.constraint import block_index
+
+        slot = block_index(plan)[0]
+        g = d.contact.geom[slot]
+        geoms = jnp.all(g >= 0, axis=1)
+        gb = jnp.asarray(np.asarray(m.geom_bodyid, np.int32))[jnp.clip(g, 0, max(m.ngeom - 1, 0))]
+        ct = jnp.asarray(bt.astype(np.int32))[gb] if m.ngeom else jnp.full_like(g, -1)
+        trees.append(jnp.where(geoms[:, None], ct, -1))
+        scans.append(~geoms)
+    trees, scans = jnp.concatenate(trees), jnp.concatenate(scans)
+    on = efc.active
+    trees = jnp.where(on[:, None] & ~scans[:, None], trees, -1)
+    maybe = bool(scan.any()) or (nefc > plan.nfixed and bool(m.nflex))
+    return trees, (scans & on) if maybe else None
 
 
 def _blocks(efc: Efc):
@@ -200,6 +261,7 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
     pyr = act & inblk & (t == ConstraintType.CONTACT_PYRAMIDAL)
 
     may_eq, may_fric = _row_kinds(m, d, nefc)
+    rtree, rscan = (None, None) if _one_problem(m) else _row_trees(m, d, efc)
     return _Problem(
         may_eq=may_eq, may_fric=may_fric, unit=_unit_rows(m, d, efc),
         M=d.qM, qfrc_smooth=d.qfrc_smooth, qacc_smooth=d.qacc_smooth,
@@ -210,6 +272,7 @@ def _problem(m: Model, d: State, efc: Efc, has_cone: bool) -> _Problem:
         aref=efc.aref.astype(dt),
         kind=kind, pyr=pyr, rc=rc, rj=rj, ci=ci, cm=cm, cdim=cdim, mu=mu, s=s, fric=fric,
         scale=1.0 / jnp.sum(jnp.diagonal(d.qM)),
+        rtree=rtree, rscan=rscan,
     )
 
 
@@ -266,8 +329,12 @@ def _islands(m: Model, d: State, p: _Problem) -> _Isl | None:
         return None
     n = int(m.ntree)
     tree_of = np.asarray(m.dof_treeid)
-    onehot = tree_of[:, None] == np.arange(n)[None, :]
-    touch = ((p.J != 0).astype(p.J.dtype) @ jnp.asarray(onehot, p.J.dtype)) > 0  # (nefc, n)
+    ar = jnp.arange(n, dtype=jnp.int32)
+    touch = (p.rtree[:, :1] == ar) | (p.rtree[:, 1:] == ar)  # (nefc, n)
+    if p.rscan is not None:  # the trees of the Jacobian's dofs
+        onehot = tree_of[:, None] == np.arange(n)[None, :]
+        scanned = ((p.J != 0).astype(p.J.dtype) @ jnp.asarray(onehot, p.J.dtype)) > 0
+        touch = touch | (p.rscan[:, None] & scanned)
     big = jnp.int32(n)
 
     def body(c):

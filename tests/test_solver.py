@@ -470,6 +470,53 @@ def test_by_island(cone, solver_):
             assert _rel(np.asarray(whole[1])[act], d.efc_force[idx[act]]) > 1e-6
 
 
+# A planar body (x and z slides, a hinge about y) pressed into a wall whose face is normal
+# to y: no dof moves along the contact normal, so the normal row's Jacobian is zero, while
+# its friction rows are not; a second tree (a pendulum on a joint limit) makes islands.
+PLANAR_WALL = """
+<mujoco>
+  <option cone="elliptic" solver="{solver}" tolerance="1e-12"/>
+  <worldbody>
+    <geom type="plane" size="1 1 .1"/>
+    <geom type="box" pos="0 .05 .3" size=".5 .01 .5"/>
+    <body pos="0 0 .3">
+      <joint type="slide" axis="1 0 0"/><joint type="slide" axis="0 0 1"/>
+      <joint type="hinge" axis="0 1 0"/>
+      <geom type="sphere" size=".05" friction=".7"/>
+    </body>
+    <body pos="0 -1 1">
+      <joint type="hinge" axis="1 0 0" limited="true" range="-5 5"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -.3" size=".02" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("solver_", [NEWTON, PGS])
+def test_contact_rows_join_their_geoms_trees(solver_):
+    """A contact's rows belong to the islands of its geoms' trees even where a row's
+    Jacobian is zero (MuJoCo's mj_island): the normal row of a planar body pressed into a
+    wall still holds the cone its friction rows share (dm_control's manipulator, whose peg
+    sits in a slot)."""
+    xml = PLANAR_WALL.format(solver=["PGS", "CG", "Newton"][solver_])
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(3)
+    jm = _load(xml, jnp.float64)
+    fwd = jax.jit(jaxsim.forward)
+    for _ in range(3):
+        d.qvel[:] = rng.normal(size=m.nv)
+        d.qpos[3] = 0.1  # past the pendulum's limit (5 degrees)
+        mujoco.mj_forward(m, d)
+        assert d.ncon == 1 and d.nisland == 2
+        c = d.contact[0]
+        assert np.allclose(d.efc_J.reshape(d.nefc, m.nv)[c.efc_address], 0)  # the normal
+        st = jaxsim.make_state(jm).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
+        out = fwd(jm, st)
+        assert _rel(np.asarray(out.qacc), d.qacc) < 1e-8
+
+
 @pytest.mark.skipif(gym_assets() is None, reason="gymnasium not installed")
 @pytest.mark.parametrize("name,cone,solver_,seed", [
     ("ant.xml", PYRAMIDAL, NEWTON, 2), ("ant.xml", ELLIPTIC, PGS, 2),
