@@ -294,6 +294,24 @@ def test_replicate_matches_mujoco():
     assert ours.names[int(jaxsim.ObjType.ACTUATOR)] == ("m-0", "m-1", "m-2")
 
 
+def test_nested_default_inherits_values_written_after_it():
+    """A class's own element defaults apply to its nested classes wherever the nested
+    <default> stands (menagerie's unitree_g1 disables contacts for the class after its
+    visual and collision subclasses)."""
+    xml = """<mujoco><default><default class="robot">
+        <default class="col"><geom type="capsule" size=".02 .1"/></default>
+        <geom condim="1" contype="0" conaffinity="0" friction=".5"/>
+        <joint damping="2"/>
+        <default class="leg"><joint armature=".1"/></default>
+      </default></default>
+      <worldbody><body pos="0 0 1" childclass="robot"><joint class="leg"/>
+        <geom class="col"/><geom size=".1"/></body></worldbody></mujoco>"""
+    ours = jaxsim.load_string(xml, dtype=jnp.float64)
+    ref = mujoco.MjModel.from_xml_string(xml)
+    assert list(ref.geom_contype) == [0, 0] and ref.dof_damping[0] == 2  # what it tests
+    assert model_errors(ours, ref) == []
+
+
 # --------------------------------------------------------------------------------- fuzz
 
 _TOKENS = ["<", ">", "/>", "</body>", "<body>", "<geom/>", '"', "=", "size", "joint",

@@ -356,14 +356,18 @@ class Defaults:
                 self._fill(top, "main")
 
     def _fill(self, node, cls: str) -> None:
+        # the class's own element defaults first, then its nested classes, wherever they
+        # stand among them (MuJoCo reads a <default> this way: a nested class inherits
+        # values written after it)
         recs = self.classes[cls]
+        for child in node:
+            if child.tag != "default":
+                kind = DEFAULT_KIND[child.tag]
+                attrs = {k: v for k, v in child.items() if k != SRC}
+                recs.setdefault(kind, []).append((child.tag, attrs))
         for child in node:
             if child.tag == "default":
                 self._add(child, cls)
-                continue
-            kind = DEFAULT_KIND[child.tag]
-            attrs = {k: v for k, v in child.items() if k != SRC}
-            recs.setdefault(kind, []).append((child.tag, attrs))
 
     def _add(self, node, parent: str) -> None:
         cls = node.get("class")
