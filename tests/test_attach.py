@@ -151,6 +151,29 @@ def test_synthetic_attach_defaults_assets_actuators_keys():
     _names(j, m, ObjType.MATERIAL, m.nmat, m.material)
 
 
+REPLICATED = """<mujoco model="r">
+  <asset><model name="kid" file="child.xml"/></asset>
+  <worldbody>
+    <body name="own" pos="0 0 2"><joint name="oj"/><geom size=".1"/></body>
+    <replicate count="3" offset=".5 0 0" sep="-">
+      <frame pos="0 -1 0"><attach model="kid" body="base" prefix="k/"/></frame>
+    </replicate>
+  </worldbody>
+  <keyframe><key name="top" qpos="0.3"/></keyframe>
+</mujoco>"""
+
+
+def test_attached_keyframes_under_a_replicate():
+    """An attachment inside a <replicate>: the child's keyframe holds its values for the
+    first copy's joints and actuators, the other copies' defaults (qpos0, zero controls)."""
+    assets = {"child.xml": CHILD}
+    m = mujoco.MjModel.from_xml_string(REPLICATED, assets)
+    j = jaxsim.load_string(REPLICATED, assets=assets, dtype=np.float64)
+    assert m.nkey == 2 and np.any(m.key_qpos[1] != m.qpos0)  # what the test is about
+    assert _mismatches(j, m) == []
+    _names(j, m, ObjType.KEY, m.nkey, m.key)
+
+
 SELF = """<mujoco>
   <default><default class="big"><geom size=".3"/></default></default>
   <worldbody>

@@ -611,10 +611,12 @@ def _write_keys(root, compiler, source, pending: list, nkey: int) -> None:
     for key in pending:
         qpos, qvel, ctrl = qpos0.copy(), np.zeros(nv), np.zeros(len(acts))
         qa, va = 0, 0
+        seen = set()  # a replicated joint or actuator: the key holds the first copy's value
         for el, t, _q in joints:
             w, d = _WIDTH[t]
             tok = el.get(_JK)
-            if tok is not None and tok.split(":")[0] == key["n"]:
+            if tok is not None and tok.split(":")[0] == key["n"] and tok not in seen:
+                seen.add(tok)
                 q, v = key["jnt"][tok.split(":")[1]]
                 if q is not None:
                     qpos[qa:qa + w] = q
@@ -623,7 +625,8 @@ def _write_keys(root, compiler, source, pending: list, nkey: int) -> None:
             qa, va = qa + w, va + d
         for i, el in enumerate(acts):
             tok = el.get(_AK)
-            if tok is not None and tok.split(":")[0] == key["n"]:
+            if tok is not None and tok.split(":")[0] == key["n"] and ("a", tok) not in seen:
+                seen.add(("a", tok))
                 ctrl[i] = key["act"].get(tok.split(":")[1], 0.0)
         k = etree.SubElement(sec, "key")
         k.set(SRC, key["src"].get(SRC, ""))
@@ -693,8 +696,12 @@ def _doc_before(root, a, b) -> bool:
     return False
 
 
-def expand_attach(root, compiler, source) -> None:
-    """Expands every `<attach>` and removes the `<model>` assets (see module docstring)."""
+def expand_attach(root, compiler, source, defer_keys: bool = False):
+    """Expands every `<attach>` and removes the `<model>` assets (see module docstring).
+
+    With `defer_keys` the attached models' keyframes are written by the function returned
+    (None if there is nothing to write), to be called once the `<replicate>`s around the
+    attachments are expanded: a key's values then go to the first copy of each joint."""
     attaches = list(root.iter("attach"))
     children = {}
     for asset in root.iterchildren("asset"):
@@ -703,7 +710,7 @@ def expand_attach(root, compiler, source) -> None:
             children.setdefault(child.name, child)
             asset.remove(el)
     if not attaches:
-        return
+        return None
     mode = "warning"
     for el in root.iterchildren("compiler"):
         mode = el.get("conflict", mode)
@@ -775,9 +782,17 @@ def expand_attach(root, compiler, source) -> None:
         for key in child.keys:
             pending.append(dict(key, name=prefix + key["name"], n=str(n)))
     _write_globals(root, pglob, changed)
-    if pending:
-        _write_keys(root, compiler, source, pending, int(pglob.val["nkey"]))
-    for e in root.iter():
-        for mark in (_JK, _AK):
-            if mark in e.attrib:
-                del e.attrib[mark]
+    nkey = int(pglob.val["nkey"])
+
+    def finish():
+        if pending:
+            _write_keys(root, compiler, source, pending, nkey)
+        for e in root.iter():
+            for mark in (_JK, _AK):
+                if mark in e.attrib:
+                    del e.attrib[mark]
+
+    if defer_keys:
+        return finish
+    finish()
+    return None

@@ -137,10 +137,11 @@ def expand_all(root, compiler, source) -> None:
     # copies then get the replicate's suffix); otherwise replicates are expanded first
     nested = any(any(a.tag == "replicate" for a in att.iterancestors())
                  for att in root.iter("attach"))
-    if nested:
-        expand_attach(root, compiler, source)
+    finish = expand_attach(root, compiler, source, defer_keys=True) if nested else None
     reps = sorted(root.iter("replicate"), key=depth, reverse=True)
     for rep in reps:
         expand_replicate(root, rep, compiler)
+    if finish is not None:  # the attached keyframes, over the replicated joints
+        finish()
     if not nested:
         expand_attach(root, compiler, source)
