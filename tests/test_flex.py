@@ -106,6 +106,24 @@ def test_flexcomp_generators_like_mujoco(kind):
     _compare(ref, m, kind)
 
 
+def test_flexcomp_objects_follow_the_written_ones():
+    """MuJoCo reads the body tree after every other section: a flexcomp's flex and edge
+    equality come after the flexes and equalities the file writes, even below the
+    worldbody (MuJoCo's model/flex/flag.xml)."""
+    xml = """<mujoco><worldbody>
+        <body name="b" pos="0 0 1"><geom size=".1"/>
+          <flexcomp name="cloth" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1"
+                    mass=".5"><edge equality="true"/></flexcomp></body>
+        <body name="c" pos="1 0 1"><freejoint/><geom size=".1"/></body></worldbody>
+      <equality><connect body1="c" anchor="0 0 0"/></equality>
+      <deformable><flex name="own" dim="1" body="world world" vertex="0 0 0 1 0 0"
+                                    element="0 1"/></deformable>
+      </mujoco>"""
+    ref, m = _pair(xml)
+    assert list(ref.eq_type) == [0, 4]  # what the test is about
+    _compare(ref, m, "written then generated")
+
+
 SPRING_XML = """
 <mujoco>
   <option gravity="0 0 -9.81"/>

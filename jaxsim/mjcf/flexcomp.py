@@ -7,8 +7,9 @@ joints, or one radial slider, or two planar sliders) named `<name>_<i>`, with ma
 body. The result is written back into the tree as plain `<body>` elements where the
 flexcomp was, a `<flex>` in a `<deformable>` section (the generated object, which the
 compiler reads like a user-written flex) and, for `<edge equality="true">`, a `<flex>`
-equality constraint. Both sections are placed right after the worldbody, which is the order
-in which MuJoCo creates them while it reads the body tree.
+equality constraint. Both sections go at the end of the model: MuJoCo reads the body tree
+after every other section, so what a flexcomp creates follows the flexes and equalities
+written in the file, wherever those stand.
 """
 
 from __future__ import annotations
@@ -285,16 +286,13 @@ def expand_flexcomps(root, compiler, source) -> None:
     comps = list(root.iter("flexcomp"))
     if not comps:
         return
-    world = next(root.iterchildren("worldbody"))
     deform = etree.Element("deformable")
     equality = etree.Element("equality")
     for fc in comps:
         _expand_one(fc, compiler, source, deform, equality)
-    at = world
-    for sec in (deform, equality):
+    for sec in (deform, equality):  # after every written section (see the docstring)
         if len(sec):
-            at.addnext(sec)
-            at = sec
+            root.append(sec)
 
 
 def _expand_one(el, compiler, source, deform, equality) -> None:
