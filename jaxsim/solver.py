@@ -195,8 +195,11 @@ def _row_trees(m: Model, d: State, efc: Efc):
         slot = block_index(plan)[0]
         g = d.contact.geom[slot]
         geoms = jnp.all(g >= 0, axis=1)
-        gb = jnp.asarray(np.asarray(m.geom_bodyid, np.int32))[jnp.clip(g, 0, max(m.ngeom - 1, 0))]
-        ct = jnp.asarray(bt.astype(np.int32))[gb] if m.ngeom else jnp.full_like(g, -1)
+        if m.ngeom:
+            gt = bt[np.asarray(m.geom_bodyid, np.int64)].astype(np.int32)  # geom -> tree
+            ct = jnp.asarray(gt)[jnp.clip(g, 0, m.ngeom - 1)]
+        else:  # flex contacts only
+            ct = jnp.full_like(g, -1)
         trees.append(jnp.where(geoms[:, None], ct, -1))
         scans.append(~geoms)
     trees, scans = jnp.concatenate(trees), jnp.concatenate(scans)
