@@ -45,8 +45,17 @@ from jaxsim.efc import Efc
 from jaxsim.hessian import jdj
 from jaxsim.math import MINVAL
 from jaxsim.smooth import solve_m
-from jaxsim.types import (Cone, ConstraintState, ConstraintType, DisableBit, EqType, Model, ObjType,
-                          Solver, State)
+from jaxsim.types import (
+    Cone,
+    ConstraintState,
+    ConstraintType,
+    DisableBit,
+    EqType,
+    Model,
+    ObjType,
+    Solver,
+    State,
+)
 
 _SAT = int(ConstraintState.SATISFIED)
 _QUAD = int(ConstraintState.QUADRATIC)
