@@ -41,6 +41,7 @@ import numpy as np
 from jax import lax
 
 from jaxsim import linalg, loops
+from jaxsim.collision.common import contact_bodies
 from jaxsim.efc import Efc
 from jaxsim.hessian import jdj
 from jaxsim.math import MINVAL
@@ -52,7 +53,6 @@ from jaxsim.types import (
     DisableBit,
     EqType,
     Model,
-    ObjType,
     Solver,
     State,
 )
@@ -170,7 +170,7 @@ def _row_trees(m: Model, d: State, efc: Efc):
     puts the row, and the cone it shares with the other rows of its contact, into that
     tree's island. Returns ((nefc, 2) int32 trees, -1 for none; (nefc,) bool rows to scan,
     or None for none)."""
-    from jaxsim import constraint
+    from jaxsim import constraint, sleep
 
     nefc = efc.J.shape[0]
     plan = constraint.plan(m, d.contact.dist.shape[0])
@@ -190,27 +190,17 @@ def _row_trees(m: Model, d: State, efc: Efc):
             fixed[r, 0] = bt[int(m.jnt_bodyid[i])]
         elif (t == ConstraintType.EQUALITY and not flex_row[r]
               and int(m.eq_type[i]) in (EqType.CONNECT, EqType.WELD)):
-            b1, b2 = int(m.eq_obj1id[i]), int(m.eq_obj2id[i])
-            if int(m.eq_objtype[i]) == ObjType.SITE:
-                b1, b2 = int(m.site_bodyid[b1]), int(m.site_bodyid[b2])
-            fixed[r] = bt[b1], bt[b2]
+            fixed[r] = bt[list(sleep._eq_bodies(m, int(i)))]
         else:
             scan[r] = True
     trees = [jnp.asarray(fixed, jnp.int32)]
     scans = [jnp.asarray(scan)]
     if nefc > plan.nfixed:
-        from jaxsim.constraint import block_index
-
-        slot = block_index(plan)[0]
-        g = d.contact.geom[slot]
-        geoms = jnp.all(g >= 0, axis=1)
-        if m.ngeom:
-            gt = bt[np.asarray(m.geom_bodyid, np.int64)].astype(np.int32)  # geom -> tree
-            ct = jnp.asarray(gt)[jnp.clip(g, 0, m.ngeom - 1)]
-        else:  # flex contacts only
-            ct = jnp.full_like(g, -1)
-        trees.append(jnp.where(geoms[:, None], ct, -1))
-        scans.append(~geoms)
+        slot = constraint.block_index(plan)[0]
+        geoms = jnp.all(d.contact.geom >= 0, axis=1)  # else a flex contact: scanned
+        ct = jnp.asarray(bt.astype(np.int32))[contact_bodies(m, d.contact)]
+        trees.append(jnp.where(geoms[:, None], ct, -1)[slot])
+        scans.append(~geoms[slot])
     trees, scans = jnp.concatenate(trees), jnp.concatenate(scans)
     on = efc.active
     trees = jnp.where(on[:, None] & ~scans[:, None], trees, -1)
