@@ -647,10 +647,11 @@ def transmission(m: Model, d: State) -> State:
 
 
 def _body_moment(m: Model, d: State, bodies: np.ndarray) -> jax.Array:
-    """Moments (k, nv) of body transmissions: minus the mean, over the contacts of each body
-    (active or in the margin's gap), of the contact-normal Jacobian of body 2 relative to
-    body 1 at the contact point (for a pyramidal cone, the mean of the pyramid's edge rows
-    is that normal row too). MuJoCo: mj_transmission, mjTRN_BODY."""
+    """Moments (k, nv) of body transmissions: minus the mean, over the geom-geom contacts of
+    each body (active or in the margin's gap; flex contacts do not count), of the
+    contact-normal Jacobian of body 2 relative to body 1 at the contact point (for a
+    pyramidal cone, the mean of the pyramid's edge rows is that normal row too). MuJoCo:
+    mj_transmission, mjTRN_BODY."""
     c = d.contact
     b1, b2 = contact_bodies(m, c).T
     mask = jnp.asarray(scan.body_dof_mask(m.body_parentid, m.dof_bodyid), _dtype(m))
@@ -664,7 +665,9 @@ def _body_moment(m: Model, d: State, bodies: np.ndarray) -> jax.Array:
 
     rows = side(b2) - side(b1)  # (ncon, nv)
     bid = jnp.asarray(bodies)[:, None]
-    rel = c.active[None] & ((b1[None] == bid) | (b2[None] == bid))  # (k, ncon)
+    # contacts with a flex side do not count (MuJoCo skips them)
+    geoms = (c.geom[:, 0] >= 0) & (c.geom[:, 1] >= 0)
+    rel = (c.active & geoms)[None] & ((b1[None] == bid) | (b2[None] == bid))  # (k, ncon)
     count = jnp.sum(rel, axis=1)
     total = jnp.asarray(rel, rows.dtype) @ rows
     return -total / jnp.maximum(count, 1)[:, None].astype(rows.dtype)

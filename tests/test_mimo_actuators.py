@@ -287,6 +287,42 @@ def test_adhesion_matches_mujoco(cone):
     assert (1, 1) in seen  # both adhesion actuators had contacts at some point
 
 
+ADHESION_ON_CLOTH = """
+<mujoco>
+  <worldbody>
+    <flexcomp name="cloth" type="grid" count="4 4 1" spacing=".1 .1 .1" dim="2" radius=".01"
+              mass=".1">
+      <pin id="0 3 12 15"/>
+      <contact selfcollide="none"/>
+    </flexcomp>
+    <geom type="sphere" size=".05" pos=".13 0 .1"/>
+    <body name="box" pos="0 0 .105">
+      <freejoint/>
+      <geom type="box" size=".08 .08 .08" margin=".02"/>
+    </body>
+  </worldbody>
+  <actuator><adhesion body="box" ctrlrange="0 1" gain="3"/></actuator>
+</mujoco>
+"""
+
+
+def test_adhesion_ignores_flex_contacts():
+    """A body transmission averages over the body's geom-geom contacts only: the box lying
+    on a cloth (flex contacts) and touching a sphere gets the sphere contact's normal."""
+    m = jaxsim.load_string(ADHESION_ON_CLOTH, dtype=jnp.float64)
+    mm = mujoco.MjModel.from_xml_string(ADHESION_ON_CLOTH)
+    md = mujoco.MjData(mm)
+    md.ctrl[:] = 0.5
+    mujoco.mj_forward(mm, md)
+    flex = sum(int(c.geom[1] < 0 or c.geom[0] < 0) for c in md.contact[:md.ncon])
+    assert flex > 0 and md.ncon > flex  # both kinds present
+    ours = _compiled()[0](m, _state(m, md))
+    assert int(ours.contact.active.sum()) == md.ncon
+    ref = _dense_moment(mm, md)
+    assert np.abs(ref).sum() > 0
+    _close(ours.actuator_moment, ref, "moment", atol=1e-12)
+
+
 SATURATED = """
 <mujoco><option integrator="implicitfast" gravity="0 0 0"/>
   <worldbody>

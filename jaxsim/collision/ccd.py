@@ -498,7 +498,7 @@ class _GJKOut(NamedTuple):
     warm: jax.Array
 
 
-def _gjk(pr: Pair, core, m1, m2, cutoff, tol, kmax: int, warm) -> _GJKOut:
+def _gjk(pr: Pair, core, m1, m2, cutoff, tol, kmax: int, warm, skip=False) -> _GJKOut:
     """MuJoCo's gjk(): distance of the two objects, or early exit once separated.
 
     MuJoCo 4.0 no longer switches to gjkIntersect() after a tetrahedron (the reference
@@ -512,7 +512,7 @@ def _gjk(pr: Pair, core, m1, m2, cutoff, tol, kmax: int, warm) -> _GJKOut:
     x_k = pr.center1 - pr.center2
     # coincident centres: MuJoCo 4.0 starts from the x axis (and so finds the contact)
     x_k = jnp.where(dot(x_k, x_k) == 0, jnp.array([1.0, 0.0, 0.0], dt), x_k)
-    st = dict(phase=jnp.asarray(_G, I32), k=jnp.asarray(0, I32), n=jnp.asarray(0, I32),
+    st = dict(phase=jnp.where(skip, _DONE, _G).astype(I32), k=jnp.asarray(0, I32), n=jnp.asarray(0, I32),
               s=jnp.zeros((4, _NREC), dt), x_k=x_k, x_norm=_norm(x_k), x_prev=jnp.zeros((), dt),
               lam=jnp.zeros(4, dt), warm=warm, sep=jnp.asarray(False), dist=jnp.zeros((), dt),
               nsimplex=jnp.asarray(0, I32), x1=pr.center1, x2=pr.center2)
@@ -873,20 +873,24 @@ def ccd(pr: Pair, tol, kmax: int, warm, cutoff=0.0) -> _CCD:
     dt = pr.center1.dtype
     m1, m2 = pr.margin1, pr.margin2
     z = jnp.zeros((), dt)
-    special = pr.shrink1 | pr.shrink2
+    # MuJoCo 4.0 runs a first GJK on the objects without their margins (spheres and
+    # capsules shrunk to their cores), with the cutoff widened by the margins and radii;
+    # a distance above the tolerance is a shallow contact: the witness points are moved
+    # out by them. Otherwise (deep, or neither a margin nor a radius) GJK runs again on
+    # the full objects and EPA follows. Seen in the 4.0 binary's support calls
+    # (ellipsoids, cylinders, boxes and meshes with a margin all start without it).
+    special = pr.shrink1 | pr.shrink2 | (m1 > 0) | (m2 > 0)
     if special is not False:
-        fm1 = jnp.where(pr.shrink1, pr.radius1 + 0.5 * m1, 0.0)
-        fm2 = jnp.where(pr.shrink2, pr.radius2 + 0.5 * m2, 0.0)
-        xs = (jnp.array([True, False]), jnp.stack([jnp.where(pr.shrink1, 0.0, m1), m1]),
-              jnp.stack([jnp.where(pr.shrink2, 0.0, m2), m2]),
+        fm1 = jnp.where(pr.shrink1, pr.radius1 + 0.5 * m1, 0.5 * jnp.maximum(m1, 0.0))
+        fm2 = jnp.where(pr.shrink2, pr.radius2 + 0.5 * m2, 0.5 * jnp.maximum(m2, 0.0))
+        xs = (jnp.array([True, False]), jnp.stack([z, m1]), jnp.stack([z, m2]),
               jnp.stack([cutoff + fm1 + fm2, cutoff + z]))
 
         def rnd(w, x):
             core, a, b, cut = x
-            cut = jnp.where(special | ~core, cut, 0.0)
-            out = _gjk(pr, core & special, a, b, cut, tol, kmax, w)
-            # without a sphere or capsule the first pass does not exist in MuJoCo
-            return jnp.where(core & ~special, w, out.warm), out
+            skip = core & ~special  # without a margin or radius there is no first pass
+            out = _gjk(pr, core & special, a, b, cut, tol, kmax, w, skip=skip)
+            return jnp.where(skip, w, out.warm), out
 
         _, outs = lax.scan(rnd, warm, xs)
         g0 = jax.tree.map(lambda x: x[0], outs)
@@ -916,6 +920,9 @@ def ccd(pr: Pair, tol, kmax: int, warm, cutoff=0.0) -> _CCD:
         dist = jnp.where(shallow, ds, dist)
         x1 = jnp.where(shallow, x1s, x1)
         x2 = jnp.where(shallow, x2s, x2)
-        ok = ~shallow & ok
+        # a shallow contact of a sphere or capsule has no EPA face; other objects keep the
+        # EPA of their inflated shapes for the flat-face contacts (MuJoCo 4.0 clips those
+        # faces for shallow box, mesh and cylinder pairs too)
+        ok = (~shallow | ~(pr.shrink1 | pr.shrink2)) & ok
         warm = jnp.where(shallow, g0.warm, warm)
     return _CCD(dist, x1, x2, ok, frec, warm)

@@ -9,6 +9,12 @@ where it departs from the 3.x sources it was checked against (found by running i
 
 - GJK never switches to `gjkIntersect`: after a tetrahedron it keeps running the distance
   sub-algorithm; coincident centres start from the x axis (and find the contact);
+- a margin is treated as spheres' and capsules' radii are: a first GJK runs on the bare
+  shapes with the cutoff widened by half of each margin, and a distance above the
+  tolerance is a shallow contact (witness points moved out by the half margins); only a
+  deeper one reruns GJK on the inflated shapes and goes on to EPA (the support directions
+  of every geom type with a margin start without it). Shallow box, mesh and cylinder pairs
+  still get their flat-face contacts; here they come from EPA on the inflated shapes;
 - EPA stops when this iteration's upper bound (not the running minimum) is within the
   tolerance of the lower bound;
 - there is no multiCCD perturbation pass: box and mesh pairs get their extra contacts by
