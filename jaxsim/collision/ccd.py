@@ -382,7 +382,8 @@ def _project_plane(v1, v2, v3):
 
 
 def _s1d(s1, s2):
-    """Barycentric coordinates (..., 2) of the origin's projection on segments s1 s2."""
+    """Barycentric coordinates (..., 2) of the origin's projection on segments s1 s2, and
+    that closest point itself (..., 3): the projection, or s2 when it falls outside."""
     p = _project_line(s1, s2)
     mu = s1 - s2
     i = jnp.where(jnp.abs(mu[..., 1]) >= jnp.abs(mu[..., 0]), 1, 0)
@@ -391,7 +392,8 @@ def _s1d(s1, s2):
     c1 = _sel3(i, p) - _sel3(i, s2)
     c2 = _sel3(i, s1) - _sel3(i, p)
     same = _same_sign(mu_max, c1) & _same_sign(mu_max, c2)
-    return jnp.stack([jnp.where(same, c1 / mu_max, 0.0), jnp.where(same, c2 / mu_max, 1.0)], -1)
+    lam = jnp.stack([jnp.where(same, c1 / mu_max, 0.0), jnp.where(same, c2 / mu_max, 1.0)], -1)
+    return lam, jnp.where(same[..., None], p, s2)
 
 
 def _minors(s1, s2, s3):
@@ -426,9 +428,11 @@ def _first_min(d, cand):
 
 
 def _s2d(s1, s2, s3):
-    """Barycentric coordinates (..., 3) of the point of triangles s1 s2 s3 closest to 0.
+    """Barycentric coordinates (..., 3) of the point of triangles s1 s2 s3 closest to 0, and
+    that point (..., 3): the projection on the plane when inside, else the nearest edge's.
 
-    Also returns S1D(s1, s2) padded to 3 (the 2-simplex case of the distance algorithm).
+    Also returns S1D(s1, s2) padded to 3 and its point (the 2-simplex case of the distance
+    algorithm).
     """
     p, fail = _project_plane(s1, s2, s3)
     m_max, x, y = _minors(s1, s2, s3)
@@ -438,8 +442,7 @@ def _s2d(s1, s2, s3):
     # the three edges (s2 s3), (s1 s3), (s1 s2), batched
     ea = jnp.stack([s2, s1, s1], -2)
     eb = jnp.stack([s3, s3, s2], -2)
-    le = _s1d(ea, eb)  # (..., 3, 2)
-    xe = le[..., 0:1] * ea + le[..., 1:2] * eb
+    le, xe = _s1d(ea, eb)  # (..., 3, 2), (..., 3, 3)
     de = dot(xe, xe)
     z = jnp.zeros_like(le[..., 0, 0])
     cand = jnp.stack([jnp.stack([z, le[..., 0, 0], le[..., 0, 1]], -1),
@@ -447,8 +450,13 @@ def _s2d(s1, s2, s3):
                       jnp.stack([le[..., 2, 0], le[..., 2, 1], z], -1)], -2)
     j = _first_min(de, ~k)
     edge = jnp.take_along_axis(cand, j[..., None, None], -2)[..., 0, :]
-    lam = jnp.where(jnp.all(k, -1)[..., None], inside, edge)
-    return jnp.where(fail[..., None], cand[..., 2, :], lam), cand[..., 2, :]
+    xedge = jnp.take_along_axis(xe, j[..., None, None], -2)[..., 0, :]
+    full = jnp.all(k, -1)[..., None]
+    lam = jnp.where(full, inside, edge)
+    xk = jnp.where(full, p, xedge)
+    failed = fail[..., None]
+    return (jnp.where(failed, cand[..., 2, :], lam), jnp.where(failed, xe[..., 2, :], xk),
+            cand[..., 2, :], xe[..., 2, :])
 
 
 def _det3(a, b, c):
@@ -459,8 +467,13 @@ def _det3(a, b, c):
 
 def _subdistance(s, n):
     """Barycentric coordinates of the point of simplex s[:n] closest to the origin (S1D, S2D,
-    S3D of Montanari et al. as in MuJoCo). The four faces are solved as one batch; the last
-    face is also the n == 3 case and its last edge the n == 2 case."""
+    S3D of Montanari et al. as in MuJoCo), and that point. The four faces are solved as one
+    batch; the last face is also the n == 3 case and its last edge the n == 2 case.
+
+    MuJoCo 4.0 takes the point from the projections (of the origin on a segment or a
+    plane) rather than combining the vertices with the coordinates; its support directions
+    agree with this bit for bit, where the combination differs in the last bits (and then,
+    near a stopping test, by an iteration)."""
     s1, s2, s3, s4 = s[0], s[1], s[2], s[3]
     c = jnp.stack([-_det3(s2, s3, s4), _det3(s1, s3, s4), -_det3(s1, s2, s4), _det3(s1, s2, s3)])
     m_det = c[0] + c[1] + c[2] + c[3]
@@ -468,16 +481,20 @@ def _subdistance(s, n):
     fa = jnp.stack([s2, s1, s1, s1])
     fb = jnp.stack([s3, s3, s2, s2])
     fc = jnp.stack([s4, s4, s4, s3])
-    l2, l1 = _s2d(fa, fb, fc)  # (4, 3) each
-    xf = l2[:, 0:1] * fa + l2[:, 1:2] * fb + l2[:, 2:3] * fc
+    l2, x2, l1, x1 = _s2d(fa, fb, fc)  # (4, 3) each
     slots = jnp.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
     cand = jnp.zeros((4, 4), s.dtype).at[jnp.arange(4)[:, None], slots].set(l2)
-    lam4 = jnp.where(jnp.all(k), c / m_det, cand[_first_min(dot(xf, xf), ~k)])
+    face = _first_min(dot(x2, x2), ~k)
+    inside = c / m_det
+    lam4 = jnp.where(jnp.all(k), inside, cand[face])
+    x4 = jnp.where(jnp.all(k), _lincomb(inside, s), x2[face])
     z1 = jnp.zeros(1, s.dtype)
     lam3 = jnp.concatenate([l2[3], z1])
     lam2 = jnp.concatenate([l1[3, :2], z1, z1])
     lam1 = jnp.zeros(4, s.dtype).at[0].set(1.0)
-    return jnp.where(n == 4, lam4, jnp.where(n == 3, lam3, jnp.where(n == 2, lam2, lam1)))
+    lam = jnp.where(n == 4, lam4, jnp.where(n == 3, lam3, jnp.where(n == 2, lam2, lam1)))
+    x = jnp.where(n == 4, x4, jnp.where(n == 3, x2[3], jnp.where(n == 2, x1[3], s1)))
+    return lam, x
 
 
 def _lincomb(lam, v):
@@ -534,13 +551,12 @@ def _gjk(pr: Pair, core, m1, m2, cutoff, tol, kmax: int, warm, skip=False) -> _G
                         lower > 0)
         sep = run & ~conv & sep
         rem = run & ~conv & ~sep
-        lam = _subdistance(s_w[:, :3], n + 1)
+        lam, xk_r = _subdistance(s_w[:, :3], n + 1)
         nz = lam != 0
         order = jnp.argsort(~nz, stable=True)
         n_r = jnp.sum(nz).astype(I32)
         lam_r = lam[order]
         s_r = s_w[order]
-        xk_r = _lincomb(lam_r, s_r[:, :3])
         sep = sep | (rem & (n_r < 1))
         fin = (in_g & stop) | (run & conv) | (rem & (n_r == 4))
         nxt = rem & (n_r >= 1) & (n_r != 4)
