@@ -154,9 +154,10 @@ def set_const(m: Model) -> Model:
         b1, b2 = np.asarray(m.flex_vertbodyid)[flex.edge_vertices(m)].T
         general = jnp.einsum("ev,vw,ew->e", fl_J, minv, fl_J) if nv else jnp.zeros_like(fl_len0)
         # MuJoCo computes edge Jacobians only for flexes with an edge equality, stiffness
-        # or damping; the others keep a zero Jacobian (and so a zero inverse weight)
+        # or damping, or elasticity damping; the others keep a zero Jacobian (and so a zero inverse weight)
         needj = ((np.asarray(m.flex_edgeequality) == 1)
                  | (np.asarray(m.flex_edgestiffness) != 0)
+                 | (np.asarray(m.flex_damping) != 0)
                  | (np.asarray(m.flex_edgedamping) != 0))[fid]
         general = jnp.where(jnp.asarray(needj), general, 0.0)
         quick = (inv_mass[b1] + inv_mass[b2]) / 2

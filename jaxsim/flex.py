@@ -1,7 +1,8 @@
-"""Flex objects at run time: vertex positions, edge lengths and Jacobians, edge springs.
+"""Flex objects at run time: vertex positions, edge lengths and Jacobians, edge springs,
+elasticity.
 
-MuJoCo: mj_flex (vertex positions, edge lengths and Jacobians) and the flex-edge part of
-mj_passive. A flex vertex sits on a body, at the body origin when the flex is centred or
+MuJoCo: mj_flex (vertex positions, edge lengths and Jacobians) and the flex parts of
+mj_passive (edge spring-dampers; stretch and bending elasticity, `elasticity`). A flex vertex sits on a body, at the body origin when the flex is centred or
 the vertex offset is zero, else at the offset rotated by the body frame. An edge's
 Jacobian is its unit direction times the difference of the end points' translational
 Jacobians.
@@ -21,7 +22,7 @@ import numpy as np
 
 from jaxsim import math
 from jaxsim.mjcf.errors import MJCFError
-from jaxsim.types import DisableBit, GeomType, Model, State
+from jaxsim.types import Cone, DisableBit, EnableBit, GeomType, Integrator, Model, Solver, State
 
 
 def _np(x) -> np.ndarray:
@@ -87,6 +88,163 @@ def passive(m: Model, d: State, spring: bool, damper: bool) -> tuple[jax.Array, 
     return fs @ J, fd @ J
 
 
+# per element edge, its two local vertices (MuJoCo's edge order), by dimension
+_ELEDGE = {2: np.array([(1, 2), (2, 0), (0, 1)]),
+           3: np.array([(0, 1), (1, 2), (2, 0), (2, 3), (0, 3), (1, 3)])}
+
+
+def _metric_index(ne: int) -> np.ndarray:
+    """(ne, ne) positions in the 21 stored entries of a symmetric ne x ne edge metric."""
+    idx = np.zeros((ne, ne), np.int64)
+    iu = np.triu_indices(ne)
+    idx[iu] = np.arange(len(iu[0]))
+    idx[iu[1], iu[0]] = np.arange(len(iu[0]))
+    return idx
+
+
+def _vertex_velocity(m: Model, d: State, xpos: jax.Array) -> jax.Array:
+    """(nflexvert, 3) global linear velocities of the flex vertices (from cvel)."""
+    body = _np(m.flex_vertbodyid)
+    cvel = d.cvel[body]
+    return cvel[:, 3:] + jnp.cross(cvel[:, :3], xpos - d.subtree_com[_np(m.body_rootid)[body]])
+
+
+def _stretch_forces(m: Model, d: State, f: int, xpos, vvel) -> jax.Array:
+    """Spring and damper forces (each (nvert of flex f, 3), global, per vertex) of the
+    flex's stretch elasticity: per element, -sum_f (elongation_e K[e, f]) d(l_f^2)/dx, with
+    the elongation l^2 - l0^2 for the spring and, for the Rayleigh damper, damping /
+    timestep times the change of l^2 over the last step (from the edge velocity).
+    MuJoCo: mj_flexPassiveStretch (4.0 books the two parts apart)."""
+    dim = int(m.flex_dim[f])
+    vadr, nvert = int(m.flex_vertadr[f]), int(m.flex_vertnum[f])
+    eadr, num = int(m.flex_elemadr[f]), int(m.flex_elemnum[f])
+    ne = len(_ELEDGE[dim])
+    elem = _np(m.flex_elem)[eadr:eadr + num, :dim + 1]
+    eedge = _np(m.flex_elemedge)[eadr:eadr + num, :ne] + int(m.flex_edgeadr[f])
+    va, vb = elem[:, _ELEDGE[dim][:, 0]], elem[:, _ELEDGE[dim][:, 1]]  # (num, ne)
+    x = xpos[vadr:vadr + nvert]
+    ends = edge_vertices(m)[eedge]  # (num, ne, 2) global vertex ids
+    vec = xpos[ends[..., 1]] - xpos[ends[..., 0]]
+    length = math.norm(vec)
+    speed = jnp.sum(vec * (vvel[ends[..., 1]] - vvel[ends[..., 0]]), -1) / jnp.where(
+        length > 0, length, 1.0)
+    dt = m.opt.timestep
+    kd = jnp.where(dt > 0, m.flex_damping[f] / jnp.where(dt > 0, dt, 1.0), 0.0)
+    prev = length - speed * dt
+    l0 = m.flexedge_length0[eedge]
+    sq = length * length
+    metric = m.flex_stiffness[eadr:eadr + num][:, _metric_index(ne)]  # (num, ne, ne)
+    grad = x[va] - x[vb]  # (num, ne, 3)
+
+    def forces(elong):
+        s = jnp.einsum("te,tef->tf", elong, metric)
+        g = (s[..., None] * grad).reshape(-1, 3)
+        frc = jnp.zeros((nvert, 3), xpos.dtype)
+        return frc.at[va.reshape(-1)].add(-g).at[vb.reshape(-1)].add(g)
+
+    return forces(sq - l0 * l0), forces((sq - prev * prev) * kd)
+
+
+def _bend_forces(m: Model, d: State, f: int, xpos, spring: bool, damper: bool):
+    """(vertex ids (k, 4), spring forces (k, 4, 3), damper forces (k, 4, 3)) of the bending
+    elasticity of flex f, over its interior edges: the edge's vertices and flaps times the
+    4 x 4 bending matrix, plus the curved-reference coefficient times the gradient of the
+    volume they span; the damper acts on the vertices' dof velocities. MuJoCo:
+    mj_flexPassiveBend."""
+    vadr = int(m.flex_vertadr[f])
+    eadr, num = int(m.flex_edgeadr[f]), int(m.flex_edgenum[f])
+    flap = _np(m.flex_edgeflap)[eadr:eadr + num]
+    inner = np.nonzero(flap[:, 1] >= 0)[0]
+    ids = vadr + np.concatenate([_np(m.flex_edge)[eadr + inner], flap[inner]], -1)  # (k, 4)
+    b = m.flex_bending[eadr + inner]
+    bmat = b[:, :16].reshape(-1, 4, 4)
+    x = xpos[ids]
+    ed = x[:, 1:] - x[:, :1]
+    f1 = jnp.cross(ed[:, 1], ed[:, 2])
+    f2 = jnp.cross(ed[:, 2], ed[:, 0])
+    f3 = jnp.cross(ed[:, 0], ed[:, 1])
+    grad = jnp.stack([-(f1 + f2 + f3), f1, f2, f3], 1)
+    zero = jnp.zeros_like(x)
+    fs = jnp.einsum("kij,kjx->kix", bmat, x) + b[:, 16, None, None] * grad if spring else zero
+    fd = zero
+    if damper:
+        # MuJoCo takes a free vertex's three dof velocities as its world velocity
+        body = _np(m.flex_vertbodyid)[ids]
+        free = _np(m.body_dofnum)[body] == 3
+        dof = np.where(free, _np(m.body_dofadr)[body], 0)[..., None] + np.arange(3)
+        vel = jnp.where(jnp.asarray(free)[..., None], d.qvel[dof], 0.0)
+        fd = jnp.einsum("kij,kjx->kix", bmat, vel) * m.flex_damping[f]
+    return ids, fs, fd
+
+
+def elasticity(m: Model, d: State, spring: bool, damper: bool) -> tuple[jax.Array, jax.Array]:
+    """(qfrc_spring, qfrc_damper) of the flexes' elasticity (stretch and bending).
+
+    MuJoCo: the flex part of mj_springdamper. A vertex on a body that only slides along its
+    axes gets its force rotated into the body frame, any other through its point Jacobian
+    (mj_applyFT). Bending forces act on vertices whose body has three dofs only (the
+    others are pinned), on those dofs, rotated into the body frame.
+    """
+    from jaxsim import passive
+
+    dt = d.qpos.dtype
+    zero = jnp.zeros(m.nv, dt)
+    flexes = [f for f in range(m.nflex)
+              if (_np(m.flex_stretch)[f] or _np(m.flex_bend)[f]) and not _np(m.flex_rigid)[f]
+              and int(m.flex_dim[f]) > 1]
+    if not flexes or not m.nv:
+        return zero, zero
+    xpos = vertex_xpos(m, d)
+    body = _np(m.flex_vertbodyid)
+    dofnum, dofadr = _np(m.body_dofnum), _np(m.body_dofadr)
+    frc = jnp.zeros((m.nflexvert, 3), dt)  # stretch: global forces per vertex
+    frc_d = jnp.zeros((m.nflexvert, 3), dt)
+    bend_s = jnp.zeros((m.nflexvert, 3), dt)
+    bend_d = jnp.zeros((m.nflexvert, 3), dt)
+    vvel = None
+    for f in flexes:
+        vadr, nvert = int(m.flex_vertadr[f]), int(m.flex_vertnum[f])
+        if _np(m.flex_stretch)[f]:
+            if vvel is None:
+                vvel = _vertex_velocity(m, d, xpos)
+            fs, fd = _stretch_forces(m, d, f, xpos, vvel)
+            if spring:
+                frc = frc.at[vadr:vadr + nvert].add(fs)
+            if damper:
+                frc_d = frc_d.at[vadr:vadr + nvert].add(fd)
+        if _np(m.flex_bend)[f] and (spring or damper):
+            ids, fs, fd = _bend_forces(m, d, f, xpos, spring, damper)
+            bend_s = bend_s.at[ids.reshape(-1)].add(fs.reshape(-1, 3))
+            bend_d = bend_d.at[ids.reshape(-1)].add(fd.reshape(-1, 3))
+    qs, qd = zero, zero
+    simple = _np(m.body_simple)[body] == 2
+    slide = np.nonzero(simple)[0]
+    other = np.nonzero(~simple)[0]
+    mat = d.xmat[body]
+
+    def generalized(frc):
+        q = zero
+        if len(slide):
+            loc = jnp.einsum("kji,kj->ki", mat[slide], frc[slide])
+            n = dofnum[body[slide]]
+            cols = dofadr[body[slide]][:, None] + np.arange(3)
+            keep = np.arange(3)[None, :] < n[:, None]
+            q = q.at[np.where(keep, cols, 0)].add(jnp.where(jnp.asarray(keep), loc, 0.0))
+        if len(other):
+            q = q + passive.apply_ft(m, d, frc[other], jnp.zeros_like(frc[other]),
+                                     xpos[other], body[other])
+        return q
+
+    if any(_np(m.flex_stretch)[f] for f in flexes):
+        qs, qd = generalized(frc), generalized(frc_d)
+    free = np.nonzero(dofnum[body] == 3)[0]
+    if len(free):
+        cols = dofadr[body[free]][:, None] + np.arange(3)
+        qs = qs.at[cols].add(-jnp.einsum("kji,kj->ki", mat[free], bend_s[free]))
+        qd = qd.at[cols].add(-jnp.einsum("kji,kj->ki", mat[free], bend_d[free]))
+    return qs, qd
+
+
 def self_pairs(m: Model, f: int) -> np.ndarray:
     """(k, 2) element pairs of flex f that MuJoCo tests for self-collision: both elements
     active (3D: in the first flex_activelayers layers), no vertex body in common; empty
@@ -141,6 +299,17 @@ def check_supported(m: Model) -> None:
     """Raises (at trace time) when the forward pass would need flex physics jaxsim lacks."""
     if not m.nflex:
         return
+    elastic = [f for f in range(m.nflex) if not _np(m.flex_rigid)[f]
+               and (_np(m.flex_stretch)[f] or _np(m.flex_bend)[f])]
+    o = m.opt
+    if (elastic and o.solver == Solver.CG and o.cone == Cone.PYRAMIDAL
+            and o.integrator in (Integrator.IMPLICIT, Integrator.IMPLICITFAST)
+            and not o.enableflags & EnableBit.SLEEP):
+        where = m.flex_where[elastic[0]] if elastic[0] < len(m.flex_where) else "a flex"
+        raise MJCFError(f"{where}: flex elasticity with the CG solver and an implicit "
+                        "integrator (MuJoCo then folds the flex stiffness into its solver) is "
+                        "not supported by jaxsim yet; use the Newton solver or the Euler or "
+                        "RK4 integrator")
     flags = m.opt.disableflags
     if flags & (DisableBit.CONSTRAINT | DisableBit.CONTACT):
         return

@@ -13,8 +13,9 @@ not taken is fed finite numbers so gradients stay finite. When the model is a co
 the traced function (closed over, not an argument), zero density and viscosity are known
 at trace time and the fluid stage is left out, as MuJoCo's mj_fluid returns early.
 
-Not covered: flex elasticity, passive contact forces and adhesion (no flexes, and contacts
-are not part of these stages), passive plugins and the mjcb_passive callback.
+Flex edge spring-dampers and flex elasticity come from `jaxsim.flex`. Not covered: passive
+contact forces and adhesion (contacts are not part of these stages), passive plugins and
+the mjcb_passive callback.
 """
 
 from __future__ import annotations
@@ -454,8 +455,9 @@ def passive(m: Model, d: State) -> State:
     qfrc_damper = _dof_dampers(m, d) if damper else zero
     ts, td = _tendon_forces(m, d, spring, damper)
     fs, fd = flex.passive(m, d, spring, damper)
-    qfrc_spring = qfrc_spring + ts + fs
-    qfrc_damper = qfrc_damper + td + fd
+    es, ed = flex.elasticity(m, d, spring, damper)
+    qfrc_spring = qfrc_spring + ts + fs + es
+    qfrc_damper = qfrc_damper + td + fd + ed
     qfrc_gravcomp = gravcomp(m, d)
     qfrc_fluid = fluid(m, d)
 

@@ -420,6 +420,12 @@ class Model(Struct):
     flex_haspassive: np.ndarray = static(
         "(nflex,)", "edge stiffness or damping nonzero when compiled (fixes which edges get "
         "passive forces)")
+    flex_stretch: np.ndarray = static("(nflex,)", "stretch elasticity (a nonzero metric)")
+    flex_bend: np.ndarray = static("(nflex,)", "bending elasticity (2D, elastic2d bend/both)")
+    flex_elemedge: np.ndarray = static("(nflexelem, 6)", "element edge ids, local to the flex "
+                                       "(in MuJoCo's edge order; -1 past the element's edges)")
+    flex_edgeflap: np.ndarray = static("(nflexedge, 2)", "2D: third vertex of the triangles on "
+                                       "each side of an edge (local; -1 on the boundary)")
     flex_vertbodyid: np.ndarray = static("(nflexvert,)", "body carrying each vertex")
     flex_edge: np.ndarray = static("(nflexedge, 2)", "edge vertex ids, local to the flex")
     flexedge_rigid: np.ndarray = static("(nflexedge,)", "both ends on one welded body")
@@ -434,6 +440,11 @@ class Model(Struct):
     flex_solimp: Array = leaf("(nflex, 5)", "contact solver impedance")
     flex_edgestiffness: Array = leaf("(nflex,)", "edge spring stiffness")
     flex_edgedamping: Array = leaf("(nflex,)", "edge damping")
+    flex_damping: Array = leaf("(nflex,)", "elasticity damping (Rayleigh, of stretch and bending)")
+    flex_stiffness: Array = leaf("(nflexelem, 21)", "stretch metric per element: upper "
+                                 "triangle of the edge metric, row by row, zero padded")
+    flex_bending: Array = leaf("(nflexedge, 17)", "bending matrix per edge (4 x 4 over the "
+                               "edge's vertices and flaps, then the curved-reference term)")
     flexedge_length0: Array = leaf("(nflexedge,)", "edge lengths at qpos0")
     flexedge_invweight0: Array = leaf("(nflexedge,)", "edge inverse weights at qpos0")
 

@@ -88,8 +88,36 @@ def model_from_mujoco(m: mujoco.MjModel, dtype=jnp.float64) -> Model:
         "dof_hasfrictionloss": np.asarray(m.dof_frictionloss) != 0,
         "tendon_hasfrictionloss": np.asarray(m.tendon_frictionloss) > 0,
     }
+    extra.update(_flex_elasticity(m, dtype))
     model = Model(**_fill(Model, m, sizes, dtype, extra))
     return model.replace(hfield_nslot=hfield.slots(model))
+
+
+def _flex_elasticity(m: mujoco.MjModel, dtype) -> dict:
+    """jaxsim's per-element and per-edge layout of MuJoCo's flex elasticity arrays (which
+    it packs per flex, with -1 addresses for absent parts)."""
+    ne = {1: 1, 2: 3, 3: 6}
+    stiff = np.zeros((m.nflexelem, 21))
+    bend = np.zeros((m.nflexedge, 17))
+    elemedge = np.full((m.nflexelem, 6), -1, np.int64)
+    stretch = np.zeros(m.nflex, np.int64)
+    bends = np.zeros(m.nflex, np.int64)
+    for f in range(m.nflex):
+        dim, n, adr = int(m.flex_dim[f]), int(m.flex_elemnum[f]), int(m.flex_elemadr[f])
+        k = ne[dim]
+        elemedge[adr:adr + n, :k] = m.flex_elemedge[m.flex_elemedgeadr[f]:][:n * k].reshape(n, k)
+        if m.flex_stiffnessadr[f] >= 0 and dim > 1 and n:
+            stride = 24 if dim == 3 else 21
+            ks = m.flex_stiffness[m.flex_stiffnessadr[f]:][:n * stride].reshape(n, stride)
+            stiff[adr:adr + n] = ks[:, :21]
+            stretch[f] = int(ks[0, 0] != 0 and not m.flex_rigid[f])
+        if m.flex_bendingadr[f] >= 0 and dim == 2:
+            e, ea = int(m.flex_edgenum[f]), int(m.flex_edgeadr[f])
+            bend[ea:ea + e] = m.flex_bending[m.flex_bendingadr[f]:][:e * 17].reshape(e, 17)
+            bends[f] = int(not m.flex_rigid[f])
+    return {"flex_stiffness": jnp.asarray(stiff, dtype), "flex_bending": jnp.asarray(bend, dtype),
+            "flex_elemedge": elemedge, "flex_edgeflap": np.asarray(m.flex_edgeflap).reshape(-1, 2),
+            "flex_stretch": stretch, "flex_bend": bends}
 
 
 def state_from_mujoco(model: Model, d: mujoco.MjData) -> State:

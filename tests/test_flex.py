@@ -242,7 +242,7 @@ def test_flex_edge_equality_rows_match_mujoco(flags):
     ('<flexcomp name="F" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1" '
      'dof="trilinear"/>', "trilinear"),
     ('<flexcomp name="F" type="grid" dim="2" count="3 3 1" spacing=".1 .1 .1">'
-     '<elasticity young="1e4"/></flexcomp>', "elasticity"),
+     '<elasticity young="1e4" poisson=".6"/></flexcomp>', "Poisson"),
     ('<flexcomp name="F" type="grid" dim="2" count="3 3 1" spacing=".001 .1 .1"/>', "Spacing"),
     ('<frame pos="1 0 0"><flexcomp name="F" type="grid" dim="1" count="3 1 1" '
      'spacing=".1 .1 .1"/></frame>', "frame"),

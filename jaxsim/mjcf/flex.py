@@ -3,8 +3,10 @@
 What jaxsim compiles of a flex: its vertices (the bodies that carry them and, when not
 centred on their bodies, their offsets), its elements and the edges MuJoCo derives from
 them (in MuJoCo's order, deduplicated), the edge spring-damper, the contact parameters and
-whether edges are rigid (both ends welded together). Elasticity from Young's modulus,
-interpolated (trilinear/quadratic) flexes and flex plugins are refused with an error;
+whether edges are rigid (both ends welded together), and the elasticity constants
+(`jaxsim.mjcf.elasticity`: stretch metrics per element, bending matrices per edge, with the
+edge flaps and element edges they index). Interpolated (trilinear/quadratic) flexes and flex
+plugins are refused with an error;
 flex edge equalities become constraint rows (jaxsim.constraint); flex collisions are refused
 when the forward pass would need them (see jaxsim.flex).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxsim.mjcf import elasticity
 from jaxsim.mjcf.errors import MJCFError
 from jaxsim.mjcf.parse import SRC
 from jaxsim.types import ObjType
@@ -21,6 +24,7 @@ from jaxsim.types import ObjType
 _ELEDGE = {1: ((0, 1),), 2: ((1, 2), (2, 0), (0, 1)),
            3: ((0, 1), (1, 2), (2, 0), (2, 3), (0, 3), (1, 3))}
 _SELF = {"none": 0, "narrow": 1, "bvh": 2, "sap": 3, "auto": 4}
+_ELASTIC2D = {"none": 0, "bend": 1, "stretch": 2, "both": 3}
 
 
 def _list(el, attr, kind=float):
@@ -75,9 +79,14 @@ def compile_flex(ctx) -> None:
     out["flex_edge"] = cat([r["edge"] for r in recs]).reshape(-1, 2).astype(np.int64)
     out["flexedge_rigid"] = cat([r["erigid"] for r in recs]).astype(np.int64)
     for key in ("rigid", "centered", "contype", "conaffinity", "condim", "selfcollide",
-                "edgeequality", "haspassive", "priority", "activelayers"):
+                "edgeequality", "haspassive", "priority", "activelayers", "stretch", "bend"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.int64)
-    for key in ("radius", "edgestiffness", "edgedamping", "margin", "gap", "solmix"):
+    out["flex_elemedge"] = cat([r["elemedge"] for r in recs]).astype(np.int64)
+    out["flex_edgeflap"] = cat([r["edgeflap"] for r in recs]).reshape(-1, 2).astype(np.int64)
+    out["flex_stiffness"] = cat([r["stiffness"] for r in recs]).reshape(-1, 21)
+    out["flex_bending"] = cat([r["bending"] for r in recs]).reshape(-1, 17)
+    for key in ("radius", "edgestiffness", "edgedamping", "margin", "gap", "solmix",
+                "damping"):
         out[f"flex_{key}"] = np.array([r[key] for r in recs], np.float64)
     for key in ("friction", "solref", "solimp"):
         out[f"flex_{key}"] = np.stack([r[key] for r in recs]).astype(np.float64)
@@ -150,9 +159,21 @@ def _one(ctx, el, weldid) -> dict:
     if stiff > 0 and dim > 1:
         raise MJCFError("edge stiffness only available for dim=1, please use elasticity plugins",
                         edge_el, "stiffness")
-    if elas is not None and (_get(elas, "young", float, 0.0) > 0
-                             or _get(elas, "damping", float, 0.0) > 0):
-        raise MJCFError("flex elasticity (young, damping) is not supported by jaxsim yet", elas)
+    young = _get(elas, "young", float, 0.0)
+    poisson = _get(elas, "poisson", float, 0.0)
+    thickness = _get(elas, "thickness", float, -1.0)
+    elastic2d = _ELASTIC2D.get(elas.get("elastic2d", "none") if elas is not None else "none")
+    if elastic2d is None:
+        raise MJCFError("bad value (none, bend, stretch or both)", elas, "elastic2d")
+    if elastic2d:
+        if thickness <= 0:
+            raise MJCFError("2d elasticity requires positive thickness", elas, "thickness")
+        if not 0 <= poisson < 0.5:
+            raise MJCFError("Poisson ratio must be in [0, 0.5)", elas, "poisson")
+        if dim != 2:
+            raise MJCFError("2d elasticity requires 2d flex", elas, "elastic2d")
+    if young > 0 and not 0 <= poisson < 0.5:
+        raise MJCFError("Poisson ratio must be in [0, 0.5)", elas, "poisson")
     if contact is not None and contact.get("internal") is not None:
         raise MJCFError("unrecognized attribute: 'internal'", contact, "internal")
     if contact is not None and contact.get("passive") in ("true",):
@@ -162,7 +183,8 @@ def _one(ctx, el, weldid) -> dict:
     # tetrahedra oriented so that the right-handed faces point outwards, as MuJoCo stores them
     if dim == 3:
         # vertex positions at the model's reference pose are known only after set_const;
-        # the orientation test needs them: use body positions in their parent chain
+        # the orientation test (and the elasticity constants) need them: use body positions
+        # in their parent chain
         xpos = _xpos0(ctx, bid, vert, centered)
         for e in elem:
             v0, v1, v2, v3 = (xpos[i] for i in e)
@@ -170,13 +192,33 @@ def _one(ctx, el, weldid) -> dict:
                 e[1], e[2] = e[2], e[1]
 
     pairs, index = [], {}
-    for e in elem:
-        for a, b in _ELEDGE[dim]:
+    elemedge = np.full((len(elem), 6), -1, np.int64)
+    for t, e in enumerate(elem):
+        for i, (a, b) in enumerate(_ELEDGE[dim]):
             key = (min(e[a], e[b]), max(e[a], e[b]))
             if key not in index:
                 index[key] = len(pairs)
                 pairs.append(key)
+            elemedge[t, i] = index[key]
     edge = np.asarray(pairs, np.int64).reshape(-1, 2)
+
+    # elasticity constants, from the vertex positions at qpos0 (MuJoCo's mjCFlex::Compile)
+    stiffness = np.zeros((len(elem), 21))
+    bend = np.zeros((len(edge), 17))
+    # (MuJoCo keeps the flaps of bending flexes only)
+    bends = young > 0 and dim == 2 and elastic2d in (1, 3)
+    flap = elasticity.flaps(elem) if bends else np.full((len(edge), 4), -1, np.int64)
+    has_stretch = has_bend = False
+    if young > 0:
+        xpos = _xpos0(ctx, bid, vert, centered)
+        if dim == 3 or (dim == 2 and elastic2d >= 2):
+            stiffness = elasticity.stretch(xpos, elem, dim, young, poisson, thickness)
+            has_stretch = bool(stiffness[0, 0] != 0)
+        if bends:
+            bend = elasticity.bending(xpos, flap, young, poisson, thickness)
+            has_bend = True
+    has_stretch = has_stretch and not rigid
+    has_bend = has_bend and not rigid
     if rigid:
         erigid = np.ones(len(edge), np.int64)
     else:
@@ -198,7 +240,10 @@ def _one(ctx, el, weldid) -> dict:
                               else "auto", 4),
         margin=_get(contact, "margin", float, 0.0), gap=_get(contact, "gap", float, 0.0),
         radius=_get(el, "radius", float, 0.005), edgestiffness=stiff, edgedamping=damp,
-        edgeequality=0, haspassive=int(stiff != 0 or damp != 0), where=f"{src} <flex '{name}'>" if src else f"<flex '{name}'>")
+        edgeequality=0, haspassive=int(stiff != 0 or damp != 0),
+        elemedge=elemedge, edgeflap=flap[:, 2:], stiffness=stiffness, bending=bend,
+        damping=_get(elas, "damping", float, 0.0), stretch=int(has_stretch),
+        bend=int(has_bend), where=f"{src} <flex '{name}'>" if src else f"<flex '{name}'>")
 
 
 def _vec(el, attr: str, default: tuple) -> np.ndarray:
