@@ -492,3 +492,23 @@ def test_flex_element_ccd_contacts_match_mujoco(dim):
         kinds |= {int(r.geom[0]) for r in d.contact[:d.ncon]}
         np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, rtol=1e-8, atol=1e-8)
     assert kinds == set(range(ref.ngeom))  # every geom touched the flex
+
+
+@pytest.mark.parametrize("flag", ["contact", "constraint"])
+def test_disabled_contacts_skip_flex_self_collisions(flag):
+    """With contacts (or constraints) disabled MuJoCo's mj_collision returns at once: a
+    self-colliding flex gets no contact slots either (and its element pairs cost nothing)."""
+    xml = f"""<mujoco><option><flag {flag}="disable"/></option><worldbody>
+      <flexcomp name="sheet" type="grid" dim="2" count="4 4 1" spacing=".1 .1 .1"
+                pos="0 0 1" radius=".01"><contact selfcollide="auto"/></flexcomp>
+      </worldbody></mujoco>"""
+    ref, m = _pair(xml)
+    d = mujoco.MjData(ref)
+    mujoco.mj_forward(ref, d)
+    out = jax.jit(jaxsim.forward)(m, jaxsim.make_state(m))
+    assert d.ncon == 0 and out.contact.dist.shape[0] == 0
+    # with contacts on, the element pairs get slots (what the test is about)
+    from jaxsim.collision import driver
+
+    on = xml.replace(f'<option><flag {flag}="disable"/></option>', "")
+    assert driver.buffer_size(jaxsim.load_string(on)) > 0 and driver.buffer_size(m) == 0

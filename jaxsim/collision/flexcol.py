@@ -562,6 +562,8 @@ def elem_plan(m: Model) -> tuple[ElemBlock, ...]:
     """Static layout of the geom : element and self-collision contacts jaxsim computes."""
     from jaxsim import flex
 
+    if m.opt.disableflags & (DisableBit.CONSTRAINT | DisableBit.CONTACT):
+        return ()  # no contacts at all (mj_collision returns first), self-collisions included
     blocks = []
     g, fl = geom_flex_pairs(m)
     gtype, gbody = _i(m.geom_type), _i(m.geom_bodyid)
