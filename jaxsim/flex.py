@@ -2,8 +2,9 @@
 elasticity.
 
 MuJoCo: mj_flex (vertex positions, edge lengths and Jacobians) and the flex parts of
-mj_passive (edge spring-dampers; stretch and bending elasticity, `elasticity`). A flex vertex sits on a body, at the body origin when the flex is centred or
-the vertex offset is zero, else at the offset rotated by the body frame. An edge's
+mj_passive (edge spring-dampers; stretch and bending elasticity, `elasticity`). A flex
+vertex sits on a body, at the body origin when the flex is centred or the vertex offset is
+zero, else at the offset rotated by the body frame. An edge's
 Jacobian is its unit direction times the difference of the end points' translational
 Jacobians.
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from jaxsim import math
 from jaxsim.mjcf.errors import MJCFError
+from jaxsim.mjcf.flex import ELEM_EDGES
 from jaxsim.types import Cone, DisableBit, EnableBit, GeomType, Integrator, Model, Solver, State
 
 
@@ -88,11 +90,6 @@ def passive(m: Model, d: State, spring: bool, damper: bool) -> tuple[jax.Array, 
     return fs @ J, fd @ J
 
 
-# per element edge, its two local vertices (MuJoCo's edge order), by dimension
-_ELEDGE = {2: np.array([(1, 2), (2, 0), (0, 1)]),
-           3: np.array([(0, 1), (1, 2), (2, 0), (2, 3), (0, 3), (1, 3)])}
-
-
 def _metric_index(ne: int) -> np.ndarray:
     """(ne, ne) positions in the 21 stored entries of a symmetric ne x ne edge metric."""
     idx = np.zeros((ne, ne), np.int64)
@@ -118,21 +115,24 @@ def _stretch_forces(m: Model, d: State, f: int, xpos, vvel) -> jax.Array:
     dim = int(m.flex_dim[f])
     vadr, nvert = int(m.flex_vertadr[f]), int(m.flex_vertnum[f])
     eadr, num = int(m.flex_elemadr[f]), int(m.flex_elemnum[f])
-    ne = len(_ELEDGE[dim])
+    ed0, ednum = int(m.flex_edgeadr[f]), int(m.flex_edgenum[f])
+    table = np.asarray(ELEM_EDGES[dim])
+    ne = len(table)
     elem = _np(m.flex_elem)[eadr:eadr + num, :dim + 1]
-    eedge = _np(m.flex_elemedge)[eadr:eadr + num, :ne] + int(m.flex_edgeadr[f])
-    va, vb = elem[:, _ELEDGE[dim][:, 0]], elem[:, _ELEDGE[dim][:, 1]]  # (num, ne)
+    eedge = _np(m.flex_elemedge)[eadr:eadr + num, :ne]  # local edge ids
+    va, vb = elem[:, table[:, 0]], elem[:, table[:, 1]]  # (num, ne)
     x = xpos[vadr:vadr + nvert]
-    ends = edge_vertices(m)[eedge]  # (num, ne, 2) global vertex ids
-    vec = xpos[ends[..., 1]] - xpos[ends[..., 0]]
+    # per edge of the flex once (length, velocity along it), then per element edge
+    ends = edge_vertices(m, np.arange(ed0, ed0 + ednum))
+    vec = xpos[ends[:, 1]] - xpos[ends[:, 0]]
     length = math.norm(vec)
-    speed = jnp.sum(vec * (vvel[ends[..., 1]] - vvel[ends[..., 0]]), -1) / jnp.where(
+    speed = jnp.sum(vec * (vvel[ends[:, 1]] - vvel[ends[:, 0]]), -1) / jnp.where(
         length > 0, length, 1.0)
     dt = m.opt.timestep
     kd = jnp.where(dt > 0, m.flex_damping[f] / jnp.where(dt > 0, dt, 1.0), 0.0)
-    prev = length - speed * dt
-    l0 = m.flexedge_length0[eedge]
-    sq = length * length
+    sq = (length * length)[eedge]
+    prev = (length - speed * dt)[eedge]
+    l0 = m.flexedge_length0[ed0 + eedge]
     metric = m.flex_stiffness[eadr:eadr + num][:, _metric_index(ne)]  # (num, ne, ne)
     grad = x[va] - x[vb]  # (num, ne, 3)
 

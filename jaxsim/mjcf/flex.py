@@ -21,7 +21,7 @@ from jaxsim.mjcf.parse import SRC
 from jaxsim.types import ObjType
 
 # local vertex pairs of each element edge, by dimension (MuJoCo's edge order)
-_ELEDGE = {1: ((0, 1),), 2: ((1, 2), (2, 0), (0, 1)),
+ELEM_EDGES = {1: ((0, 1),), 2: ((1, 2), (2, 0), (0, 1)),
            3: ((0, 1), (1, 2), (2, 0), (2, 3), (0, 3), (1, 3))}
 _SELF = {"none": 0, "narrow": 1, "bvh": 2, "sap": 3, "auto": 4}
 _ELASTIC2D = {"none": 0, "bend": 1, "stretch": 2, "both": 3}
@@ -180,12 +180,12 @@ def _one(ctx, el, weldid) -> dict:
         raise MJCFError("passive flex contacts are not supported by jaxsim yet", contact,
                         "passive")
 
+    # vertex positions at the model's reference pose are known only after set_const; the
+    # tetrahedra's orientation and the elasticity constants need them: body positions in
+    # their parent chain
+    xpos = _xpos0(ctx, bid, vert, centered) if dim == 3 or young > 0 else None
     # tetrahedra oriented so that the right-handed faces point outwards, as MuJoCo stores them
     if dim == 3:
-        # vertex positions at the model's reference pose are known only after set_const;
-        # the orientation test (and the elasticity constants) need them: use body positions
-        # in their parent chain
-        xpos = _xpos0(ctx, bid, vert, centered)
         for e in elem:
             v0, v1, v2, v3 = (xpos[i] for i in e)
             if np.dot(np.cross(v1 - v0, v2 - v0), v3 - v0) > 0:
@@ -194,7 +194,7 @@ def _one(ctx, el, weldid) -> dict:
     pairs, index = [], {}
     elemedge = np.full((len(elem), 6), -1, np.int64)
     for t, e in enumerate(elem):
-        for i, (a, b) in enumerate(_ELEDGE[dim]):
+        for i, (a, b) in enumerate(ELEM_EDGES[dim]):
             key = (min(e[a], e[b]), max(e[a], e[b]))
             if key not in index:
                 index[key] = len(pairs)
@@ -210,7 +210,6 @@ def _one(ctx, el, weldid) -> dict:
     flap = elasticity.flaps(elem) if bends else np.full((len(edge), 4), -1, np.int64)
     has_stretch = has_bend = False
     if young > 0:
-        xpos = _xpos0(ctx, bid, vert, centered)
         if dim == 3 or (dim == 2 and elastic2d >= 2):
             stiffness = elasticity.stretch(xpos, elem, dim, young, poisson, thickness)
             has_stretch = bool(stiffness[0, 0] != 0)
